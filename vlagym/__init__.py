@@ -1,0 +1,36 @@
+"""vlagym: language-conditioned MuJoCo manipulation tasks and the VLA training loop around them.
+
+    import gymnasium as gym
+    import vlagym
+
+    env = gym.make("VLA-PickCup-v0", obs_mode="rgb")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Headless rendering by default. MuJoCo reads MUJOCO_GL when it first creates a
+# GL context, so this must happen before any Renderer exists; a user's own
+# setting always wins.
+if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ:
+    os.environ["MUJOCO_GL"] = "egl"
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+from vlagym.envs import TASKS, VLAEnv, register_envs  # noqa: E402
+
+__version__ = "0.1.0"
+
+register_envs()
+
+
+def make_expert(env):
+    """The scripted expert of `env`'s task: an object with `reset()` and `__call__(obs) -> action`."""
+    base = env.unwrapped
+    if not isinstance(base, VLAEnv) or base.expert_cls is None:
+        raise ValueError(f"{type(base).__name__} has no scripted expert; vlagym tasks: {sorted(TASKS)}")
+    return base.expert_cls(env)
+
+
+__all__ = ["TASKS", "VLAEnv", "make_expert", "register_envs", "__version__"]

@@ -1,0 +1,22 @@
+"""vlagym tasks and their registration."""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+from vlagym.envs.base import VLAEnv
+
+#: id -> (entry point, max_episode_steps)
+TASKS: dict[str, tuple[str, int]] = {
+    "VLA-PickCup-v0": ("vlagym.envs.pick_cup:PickCupEnv", 100),
+}
+
+
+def register_envs() -> None:
+    """Register every vlagym task with Gymnasium (idempotent)."""
+    for env_id, (entry_point, max_steps) in TASKS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)
+
+
+__all__ = ["TASKS", "VLAEnv", "register_envs"]

@@ -1,0 +1,374 @@
+"""The base environment: MJCF loading, substeps, rendering, seeding and the order of a step.
+
+A task subclasses `VLAEnv` once and fills in its hooks (see "Task hooks" below);
+everything else — spaces, observation modes, action checking, instability
+handling, rewards from named terms, `info` — lives here so that every task
+behaves the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import logging
+import string
+from importlib import resources
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium import spaces
+
+from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
+
+logger = logging.getLogger(__name__)
+
+OBS_MODES = ("state", "rgb", "rgb+state")
+REWARD_MODES = ("dense", "sparse")
+INSTRUCTION_SPLITS = ("train", "heldout")
+CAMERAS = ("front", "wrist", "side")
+RENDER_MODES = ("rgb_array", "human")
+INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " ,.;:'?!-()"
+INSTRUCTION_MAX_LENGTH = 160
+PHYSICS_TIMESTEP = 0.002
+TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
+
+_BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+
+
+def load_scene(objects_xml: str) -> mujoco.MjModel:
+    """Compile the shared tabletop scene with a task's objects inserted into the worldbody."""
+    assets = resources.files("vlagym") / "assets"
+    scene = (assets / "scene.xml").read_text()
+    marker = "<!-- task objects -->"
+    if marker not in scene:  # pragma: no cover - guards against an edited asset
+        raise RuntimeError(f"scene.xml lost its {marker!r} marker")
+    xml = scene.replace(marker, objects_xml)
+    return mujoco.MjModel.from_xml_string(xml, assets={"robot.xml": (assets / "robot.xml").read_bytes()})
+
+
+def _choice_error(name: str, value: Any, choices: tuple[str, ...]) -> ValueError:
+    hint = difflib.get_close_matches(str(value), choices, n=1)
+    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return ValueError(f"unknown {name} {value!r}{did_you_mean}; valid choices: {list(choices)}")
+
+
+class VLAEnv(gym.Env):
+    """A tabletop manipulation task for a 7-DoF arm with a language instruction.
+
+    Keyword arguments (every task accepts these):
+        obs_mode: "state" (flat privileged vector), "rgb" (images, proprio,
+            instruction) or "rgb+state" (rgb plus the privileged vector).
+        control_mode: "ee_delta_pose" (default) or "joint_delta_pos".
+        render_mode: None, "rgb_array" or "human".
+        image_size: int or (height, width) of every camera image.
+        cameras: camera names for the "images" observation.
+        reward_mode: "dense" (weighted named terms in [0, 1]) or "sparse".
+        reward_weights: override the task's default term weights (non-negative).
+        instruction_split: "train" or "heldout" paraphrase templates.
+        control_freq: control steps per simulated second (physics runs at 500 Hz).
+        terminate_on_success: end the episode (`terminated`) on success.
+        render_size: (height, width) of `render()` frames.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 20}
+
+    # ------------------------------------------------------------------ task hooks
+    #: one-line description for `vlagym list`
+    description: ClassVar[str] = ""
+    #: instruction templates per split; formatted with `self.instruction_fields()`
+    templates: ClassVar[dict[str, tuple[str, ...]]] = {"train": (), "heldout": ()}
+    #: default weights of the dense reward terms (must sum to 1)
+    default_reward_weights: ClassVar[dict[str, float]] = {}
+    #: the class of the scripted expert for this task
+    expert_cls: ClassVar[type | None] = None
+
+    def _objects_xml(self) -> str:
+        """MJCF bodies this task adds to the worldbody."""
+        raise NotImplementedError
+
+    def _setup_task(self) -> None:
+        """Resolve the task's MuJoCo names to ids (called once, after the model is built)."""
+
+    def _task_state_dim(self) -> int:
+        raise NotImplementedError
+
+    def _initialize_episode(self, rng: np.random.Generator) -> None:
+        """Randomise the scene for a new episode (data is reset, the arm placed)."""
+        raise NotImplementedError
+
+    def instruction_fields(self) -> dict[str, str]:
+        """Values that fill this episode's instruction template (e.g. {"color": "red"})."""
+        raise NotImplementedError
+
+    def _task_state(self) -> np.ndarray:
+        """Privileged task state appended to proprio in the "state" observation."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, Any]:
+        """Named predicates of the current state; must contain "success" (bool)."""
+        raise NotImplementedError
+
+    def reward_terms(self, evaluation: dict[str, Any]) -> dict[str, float]:
+        """Named dense reward terms, each in [0, 1]."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ construction
+    def __init__(
+        self,
+        obs_mode: str = "state",
+        control_mode: str = "ee_delta_pose",
+        render_mode: str | None = None,
+        image_size: int | tuple[int, int] = 128,
+        cameras: tuple[str, ...] | list[str] = ("front", "wrist"),
+        reward_mode: str = "dense",
+        reward_weights: dict[str, float] | None = None,
+        instruction_split: str = "train",
+        control_freq: int = 20,
+        terminate_on_success: bool = True,
+        render_size: tuple[int, int] | list[int] = (256, 256),
+        **unknown: Any,
+    ):
+        if unknown:
+            valid = sorted(
+                name
+                for cls in type(self).__mro__
+                if "__init__" in vars(cls)
+                for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
+                if name != "self" and p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD and name != "self"
+            )
+            name = next(iter(unknown))
+            hint = difflib.get_close_matches(name, valid, n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise TypeError(f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}")
+        if obs_mode not in OBS_MODES:
+            raise _choice_error("obs_mode", obs_mode, OBS_MODES)
+        if reward_mode not in REWARD_MODES:
+            raise _choice_error("reward_mode", reward_mode, REWARD_MODES)
+        if instruction_split not in INSTRUCTION_SPLITS:
+            raise _choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise _choice_error("render_mode", render_mode, RENDER_MODES)
+        cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
+        if not cameras:
+            raise ValueError("cameras must name at least one camera; valid choices: " f"{list(CAMERAS)}")
+        for cam in cameras:
+            if cam not in CAMERAS:
+                raise _choice_error("camera", cam, CAMERAS)
+        if len(set(cameras)) != len(cameras):
+            raise ValueError(f"cameras has duplicates: {list(cameras)}")
+        self.image_size = _as_hw(image_size, "image_size")
+        self.render_size = _as_hw(render_size, "render_size")
+        if not isinstance(control_freq, int) or control_freq <= 0 or round(1 / PHYSICS_TIMESTEP) % control_freq:
+            raise ValueError(
+                f"control_freq must be a positive integer dividing {round(1 / PHYSICS_TIMESTEP)} Hz, got {control_freq!r}"
+            )
+        self.obs_mode = obs_mode
+        self.render_mode = render_mode
+        self.cameras = cameras
+        self.reward_mode = reward_mode
+        self.instruction_split = instruction_split
+        self.control_freq = control_freq
+        self.terminate_on_success = bool(terminate_on_success)
+        self.reward_weights = self._check_reward_weights(reward_weights)
+        self.metadata = {**self.metadata, "render_fps": control_freq}
+
+        self.model = load_scene(self._objects_xml())
+        self.model.opt.timestep = PHYSICS_TIMESTEP
+        h = max(self.image_size[0], self.render_size[0])
+        w = max(self.image_size[1], self.render_size[1])
+        self.model.vis.global_.offheight, self.model.vis.global_.offwidth = h, w
+        self.data = mujoco.MjData(self.model)
+        self.n_substeps = round(1 / (PHYSICS_TIMESTEP * control_freq))
+        self.robot = Robot(self.model, self.data, control_mode=control_mode)
+        self.table_geom = self.model.geom("table").id
+        self._setup_task()
+
+        self.action_space = spaces.Box(-1.0, 1.0, (7,), np.float32)
+        self.observation_space = self._make_observation_space()
+        self._obs_renderer: mujoco.Renderer | None = None
+        self._render_renderer: mujoco.Renderer | None = None
+        self._viewer = None
+        self.instruction = ""
+        self._sim_unstable = False
+
+    @classmethod
+    def _check_reward_weights(cls, weights: dict[str, float] | None) -> dict[str, float]:
+        merged = dict(cls.default_reward_weights)
+        for key, value in (weights or {}).items():
+            if key not in merged:
+                raise _choice_error("reward term", key, tuple(merged))
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"reward weight {key!r} must be a finite non-negative number, got {value!r}")
+            merged[key] = float(value)
+        total = sum(merged.values())
+        if total <= 0:
+            raise ValueError(f"reward weights must not all be zero: {merged}")
+        # Normalised so the dense reward stays in [0, 1] whatever the user passes.
+        return {k: v / total for k, v in merged.items()}
+
+    def _make_observation_space(self) -> spaces.Space:
+        state_dim = Robot.PROPRIO_DIM + self._task_state_dim()
+        state = spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
+        if self.obs_mode == "state":
+            return state
+        h, w = self.image_size
+        obs = {
+            "images": spaces.Dict({c: spaces.Box(0, 255, (h, w, 3), np.uint8) for c in self.cameras}),
+            "proprio": spaces.Box(-np.inf, np.inf, (Robot.PROPRIO_DIM,), np.float32),
+            "instruction": spaces.Text(INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
+        }
+        if self.obs_mode == "rgb+state":
+            obs["state"] = state
+        return spaces.Dict(obs)
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        mujoco.mj_resetData(self.model, self.data)
+        rng = self.np_random
+        home = HOME_QPOS + rng.uniform(-0.03, 0.03, size=7)
+        self.robot.reset(home)
+        self._initialize_episode(rng)
+        templates = self.templates[self.instruction_split]
+        template = templates[rng.integers(len(templates))]
+        self.instruction = template.format(**self.instruction_fields())
+        mujoco.mj_forward(self.model, self.data)
+        self._sim_unstable = False
+        evaluation = self.evaluate()
+        info = self._info(evaluation, self.reward_terms(evaluation))
+        return self._get_obs(), info
+
+    def step(self, action):
+        action = self._check_action(action)
+        self.robot.apply_action(action)
+        mujoco.mj_step(self.model, self.data, nstep=self.n_substeps)
+        unstable = self._check_unstable()
+        evaluation = self.evaluate()
+        terms = self.reward_terms(evaluation)
+        success = bool(evaluation["success"]) and not unstable
+        if self.reward_mode == "sparse":
+            reward = float(success)
+        else:
+            reward = float(sum(self.reward_weights[k] * v for k, v in terms.items()))
+        terminated = success and self.terminate_on_success
+        info = self._info(evaluation, terms)
+        info["sim_unstable"] = unstable
+        if self.render_mode == "human":
+            self.render()
+        return self._get_obs(), reward, terminated, unstable, info
+
+    def _check_action(self, action) -> np.ndarray:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (7,):
+            raise ValueError(f"action must have shape (7,), got {a.shape}")
+        bad = ~np.isfinite(a)
+        if bad.any():
+            idx = np.flatnonzero(bad).tolist()
+            raise ValueError(f"action has non-finite entries at indices {idx}: {a[bad].tolist()}")
+        return np.clip(a, -1.0, 1.0)
+
+    def _check_unstable(self) -> bool:
+        """True when MuJoCo flagged a divergence during the last substeps.
+
+        MuJoCo resets `data` itself when it detects bad accelerations; we end
+        the episode (`truncated`, `info["sim_unstable"]`) rather than continue
+        from that silent reset. The warning counters are cleared by the next reset.
+        """
+        warnings = self.data.warning
+        if any(warnings[w].number for w in _BAD_WARNINGS) or not np.isfinite(self.data.qacc).all():
+            if not self._sim_unstable:
+                logger.warning("simulation became unstable in %s; ending the episode", type(self).__name__)
+            self._sim_unstable = True
+        return self._sim_unstable
+
+    def _info(self, evaluation: dict[str, Any], terms: dict[str, float]) -> dict[str, Any]:
+        info = {k: (bool(v) if isinstance(v, (bool, np.bool_)) else v) for k, v in evaluation.items()}
+        info["success"] = info["is_success"] = bool(evaluation["success"])
+        info["instruction"] = self.instruction
+        info["sim_unstable"] = self._sim_unstable
+        for k, v in terms.items():
+            info[f"reward_{k}"] = float(v)
+        return info
+
+    # ------------------------------------------------------------------ observations
+    def _state_vector(self) -> np.ndarray:
+        return np.concatenate([self.robot.proprio(), self._task_state()]).astype(np.float32)
+
+    def _get_obs(self):
+        if self.obs_mode == "state":
+            return self._state_vector()
+        obs = {
+            "images": {cam: self._render_camera(cam) for cam in self.cameras},
+            "proprio": self.robot.proprio().astype(np.float32),
+            "instruction": self.instruction,
+        }
+        if self.obs_mode == "rgb+state":
+            obs["state"] = self._state_vector()
+        return obs
+
+    def _render_camera(self, camera: str) -> np.ndarray:
+        if self._obs_renderer is None:
+            h, w = self.image_size
+            self._obs_renderer = mujoco.Renderer(self.model, h, w)
+        self._obs_renderer.update_scene(self.data, camera=camera)
+        return self._obs_renderer.render()
+
+    # ------------------------------------------------------------------ rendering
+    def render(self):
+        if self.render_mode == "rgb_array":
+            if self._render_renderer is None:
+                h, w = self.render_size
+                self._render_renderer = mujoco.Renderer(self.model, h, w)
+            self._render_renderer.update_scene(self.data, camera="front")
+            return self._render_renderer.render()
+        if self.render_mode == "human":
+            if self._viewer is None:
+                import mujoco.viewer  # needs a display; imported only when asked for
+
+                self._viewer = mujoco.viewer.launch_passive(self.model, self.data)
+            self._viewer.sync()
+            return None
+        return None
+
+    def close(self):
+        for attr in ("_obs_renderer", "_render_renderer", "_viewer"):
+            obj = getattr(self, attr, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, attr, None)
+
+    # ------------------------------------------------------------------ helpers for tasks
+    def body_contacts(self, body_a: int, body_b: int) -> bool:
+        """Whether any geom of body `body_a` touches any geom of body `body_b`."""
+        ncon = self.data.ncon
+        if ncon == 0:
+            return False
+        geoms = self.data.contact.geom[:ncon]
+        bodies = self.model.geom_bodyid[geoms]
+        return bool(np.any(((bodies[:, 0] == body_a) & (bodies[:, 1] == body_b)) | ((bodies[:, 0] == body_b) & (bodies[:, 1] == body_a))))
+
+    def grasped(self, body: int) -> bool:
+        """Both finger pads touch `body`."""
+        ncon = self.data.ncon
+        if ncon == 0:
+            return False
+        geoms = self.data.contact.geom[:ncon]
+        bodies = self.model.geom_bodyid[geoms]
+        pads = self.robot.pad_geoms
+        touching = np.concatenate([geoms[bodies[:, 1] == body, 0], geoms[bodies[:, 0] == body, 1]])
+        return bool(np.isin(pads[0], touching) and np.isin(pads[1], touching))
+
+
+def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)):
+        hw = (int(value), int(value))
+    else:
+        hw = tuple(int(v) for v in value)
+    if len(hw) != 2 or min(hw) < 8 or max(hw) > 2048:
+        raise ValueError(f"{name} must be an int or (height, width) between 8 and 2048, got {value!r}")
+    return hw  # type: ignore[return-value]
+
+
+__all__ = ["VLAEnv", "OBS_MODES", "CAMERAS", "FINGER_OPEN", "TABLE_HEIGHT", "load_scene"]
