@@ -11,7 +11,9 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
+import os
 import string
+import sys
 from importlib import resources
 from typing import Any, ClassVar
 
@@ -150,6 +152,12 @@ class VLAEnv(gym.Env):
             raise _choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise _choice_error("render_mode", render_mode, RENDER_MODES)
+        if render_mode == "human" and not _has_display():
+            # MuJoCo's viewer aborts the whole process when GLFW finds no display.
+            raise RuntimeError(
+                "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
+                "use render_mode='rgb_array' on headless machines"
+            )
         cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
         if not cameras:
             raise ValueError("cameras must name at least one camera; valid choices: " f"{list(CAMERAS)}")
@@ -325,9 +333,9 @@ class VLAEnv(gym.Env):
             return self._render_renderer.render()
         if self.render_mode == "human":
             if self._viewer is None:
-                import mujoco.viewer  # needs a display; imported only when asked for
+                from mujoco import viewer  # needs a display; imported only when asked for
 
-                self._viewer = mujoco.viewer.launch_passive(self.model, self.data)
+                self._viewer = viewer.launch_passive(self.model, self.data)
             self._viewer.sync()
             return None
         return None
@@ -340,25 +348,27 @@ class VLAEnv(gym.Env):
                 setattr(self, attr, None)
 
     # ------------------------------------------------------------------ helpers for tasks
-    def body_contacts(self, body_a: int, body_b: int) -> bool:
-        """Whether any geom of body `body_a` touches any geom of body `body_b`."""
-        ncon = self.data.ncon
-        if ncon == 0:
-            return False
-        geoms = self.data.contact.geom[:ncon]
-        bodies = self.model.geom_bodyid[geoms]
-        return bool(np.any(((bodies[:, 0] == body_a) & (bodies[:, 1] == body_b)) | ((bodies[:, 0] == body_b) & (bodies[:, 1] == body_a))))
+    def pad_contacts(self) -> tuple[set[int], set[int]]:
+        """Ids of the bodies touching the left and the right finger pad.
 
-    def grasped(self, body: int) -> bool:
-        """Both finger pads touch `body`."""
+        One vectorised pass over the active contacts; tasks call it once per
+        `evaluate()` and test membership, instead of looping over contacts.
+        """
         ncon = self.data.ncon
         if ncon == 0:
-            return False
+            return set(), set()
         geoms = self.data.contact.geom[:ncon]
         bodies = self.model.geom_bodyid[geoms]
-        pads = self.robot.pad_geoms
-        touching = np.concatenate([geoms[bodies[:, 1] == body, 0], geoms[bodies[:, 0] == body, 1]])
-        return bool(np.isin(pads[0], touching) and np.isin(pads[1], touching))
+        out = []
+        for pad in self.robot.pad_geoms:
+            out.append(set(bodies[geoms[:, 0] == pad, 1].tolist()) | set(bodies[geoms[:, 1] == pad, 0].tolist()))
+        return out[0], out[1]
+
+
+def _has_display() -> bool:
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
 
 
 def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:

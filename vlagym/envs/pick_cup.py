@@ -8,7 +8,7 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import PickExpert
-from vlagym.envs.objects import CUP_HEIGHT, CUP_RADIUS, COLORS, cup_xml, sample_layout
+from vlagym.envs.objects import COLORS, CUP_HEIGHT, CUP_RADIUS, cup_xml, sample_layout
 
 MAX_CUPS = 3
 LIFT_HEIGHT = 0.05  # success: cup bottom this far above the table, while held
@@ -126,8 +126,10 @@ class PickCupEnv(VLAEnv):
         pos = self.target_pos()
         grasp_point = pos + (0.0, 0.0, 0.5 * CUP_HEIGHT)
         height = pos[2]
-        grasped = self.grasped(self.cup_bodies[self.target])
-        wrong = any(self.grasped(self.cup_bodies[i]) for i in range(self.num_cups) if i != self.target)
+        left, right = self.pad_contacts()
+        held = left & right
+        grasped = int(self.cup_bodies[self.target]) in held
+        wrong = any(int(self.cup_bodies[i]) in held for i in range(self.num_cups) if i != self.target)
         return {
             "success": grasped and height >= LIFT_HEIGHT,
             "grasped": grasped,
