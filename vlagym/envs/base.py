@@ -143,7 +143,9 @@ class VLAEnv(gym.Env):
             name = next(iter(unknown))
             hint = difflib.get_close_matches(name, valid, n=1)
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise TypeError(f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}")
+            raise TypeError(
+                f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}"
+            )
         if obs_mode not in OBS_MODES:
             raise _choice_error("obs_mode", obs_mode, OBS_MODES)
         if reward_mode not in REWARD_MODES:
@@ -160,7 +162,7 @@ class VLAEnv(gym.Env):
             )
         cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
         if not cameras:
-            raise ValueError("cameras must name at least one camera; valid choices: " f"{list(CAMERAS)}")
+            raise ValueError(f"cameras must name at least one camera; valid choices: {list(CAMERAS)}")
         for cam in cameras:
             if cam not in CAMERAS:
                 raise _choice_error("camera", cam, CAMERAS)
@@ -168,10 +170,9 @@ class VLAEnv(gym.Env):
             raise ValueError(f"cameras has duplicates: {list(cameras)}")
         self.image_size = _as_hw(image_size, "image_size")
         self.render_size = _as_hw(render_size, "render_size")
-        if not isinstance(control_freq, int) or control_freq <= 0 or round(1 / PHYSICS_TIMESTEP) % control_freq:
-            raise ValueError(
-                f"control_freq must be a positive integer dividing {round(1 / PHYSICS_TIMESTEP)} Hz, got {control_freq!r}"
-            )
+        physics_hz = round(1 / PHYSICS_TIMESTEP)
+        if not isinstance(control_freq, int) or control_freq <= 0 or physics_hz % control_freq:
+            raise ValueError(f"control_freq must be a positive integer dividing {physics_hz} Hz, got {control_freq!r}")
         self.obs_mode = obs_mode
         self.render_mode = render_mode
         self.cameras = cameras
@@ -184,9 +185,6 @@ class VLAEnv(gym.Env):
 
         self.model = load_scene(self._objects_xml())
         self.model.opt.timestep = PHYSICS_TIMESTEP
-        h = max(self.image_size[0], self.render_size[0])
-        w = max(self.image_size[1], self.render_size[1])
-        self.model.vis.global_.offheight, self.model.vis.global_.offwidth = h, w
         self.data = mujoco.MjData(self.model)
         self.n_substeps = round(1 / (PHYSICS_TIMESTEP * control_freq))
         self.robot = Robot(self.model, self.data, control_mode=control_mode)
@@ -318,17 +316,29 @@ class VLAEnv(gym.Env):
 
     def _render_camera(self, camera: str) -> np.ndarray:
         if self._obs_renderer is None:
-            h, w = self.image_size
-            self._obs_renderer = mujoco.Renderer(self.model, h, w)
+            self._obs_renderer = self._make_renderer(*self.image_size)
         self._obs_renderer.update_scene(self.data, camera=camera)
         return self._obs_renderer.render()
 
     # ------------------------------------------------------------------ rendering
+    def _make_renderer(self, height: int, width: int) -> mujoco.Renderer:
+        # The offscreen buffer is sized to this renderer alone: software
+        # renderers clear and resolve the whole buffer every frame, so an
+        # oversized one costs time at every step.
+        self.model.vis.global_.offheight, self.model.vis.global_.offwidth = height, width
+        try:
+            return mujoco.Renderer(self.model, height, width)
+        except Exception as err:  # mujoco raises FatalError or ImportError depending on the backend
+            raise RuntimeError(
+                f"could not create an offscreen OpenGL context (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): {err}. "
+                "On a headless Linux machine set MUJOCO_GL=egl before mujoco is first imported "
+                "(importing vlagym before mujoco does this)."
+            ) from err
+
     def render(self):
         if self.render_mode == "rgb_array":
             if self._render_renderer is None:
-                h, w = self.render_size
-                self._render_renderer = mujoco.Renderer(self.model, h, w)
+                self._render_renderer = self._make_renderer(*self.render_size)
             self._render_renderer.update_scene(self.data, camera="front")
             return self._render_renderer.render()
         if self.render_mode == "human":

@@ -34,7 +34,8 @@ def cup_xml(name: str, pos) -> str:
       <geom name="{name}_body" type="cylinder" size="{r} {h / 2}" pos="0 0 {h / 2}" mass="{CUP_MASS}" class="object"/>
       <geom name="{name}_handle" type="capsule" fromto="{r + 0.012} 0 {0.25 * h} {r + 0.012} 0 {0.75 * h}" size="0.007"
             mass="0.01" class="object"/>
-      <geom name="{name}_opening" type="cylinder" size="{r - 0.004} 0.0005" pos="0 0 {h}" rgba="0.08 0.06 0.05 1" class="visual"/>
+      <geom name="{name}_opening" type="cylinder" size="{r - 0.004} 0.0005" pos="0 0 {h}" rgba="0.08 0.06 0.05 1"
+            class="visual"/>
     </body>"""
 
 

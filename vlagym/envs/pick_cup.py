@@ -150,6 +150,10 @@ class PickCupEnv(VLAEnv):
     # ------------------------------------------------------------------ expert support
     def expert_target(self) -> dict[str, Any]:
         """Privileged facts the scripted expert acts on."""
-        adr = self.cup_qpos_adr[self.target]
-        w, _, _, z = self.data.qpos[adr + 3 : adr + 7]
-        return {"pos": self.target_pos(), "handle_yaw": float(2 * np.arctan2(z, w)), "radius": CUP_RADIUS, "height": CUP_HEIGHT}
+        xmat = self.data.xmat[self.cup_bodies[self.target]]  # the handle points along the body's x axis
+        return {
+            "pos": self.target_pos(),
+            "handle_yaw": float(np.arctan2(xmat[3], xmat[0])),
+            "radius": CUP_RADIUS,
+            "height": CUP_HEIGHT,
+        }

@@ -1,0 +1,206 @@
+"""Speed of the vlagym environments, measured side by side in one run.
+
+    python bench/bench_env.py [--task VLA-PickCup-v0] [--steps 2000] [--json out.json]
+
+Rows:
+  * state steps/s through `gym.make` beside the raw `mujoco.mj_step` rate of the
+    same model replaying the very same controls from the same states, and the
+    ratio between them (the env's own overhead);
+  * rgb steps/s with the front and wrist cameras at 128x128, the process pinned
+    to one core (Mesa's llvmpipe software renderer when no GPU is present);
+  * reset time;
+  * what MuJoCo's default visual settings would cost per camera image, one
+    setting at a time, to show why the scene turns them off.
+
+Numbers are for comparison within one run on one machine, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is imported: it picks its GL backend then
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+import vlagym  # noqa: E402, F401  (registers the tasks)
+
+
+def pin_to_one_core() -> str:
+    if hasattr(os, "sched_setaffinity"):
+        core = sorted(os.sched_getaffinity(0))[0]
+        os.sched_setaffinity(0, {core})
+        return f"pinned to core {core}"
+    return "not pinned (no sched_setaffinity)"
+
+
+def rollout_with_log(env: gym.Env, steps: int, seed: int) -> tuple[float, list, float]:
+    """Random actions for `steps` env steps (resetting at episode end).
+
+    Returns step seconds (resets excluded), per-episode (initial state, controls), reset seconds per call.
+    """
+    rng = np.random.default_rng(seed)
+    actions = rng.uniform(-1, 1, size=(steps, 7)).astype(np.float32)
+    u = env.unwrapped
+    size = mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION)
+    episodes, step_time, reset_time, n_resets = [], 0.0, 0.0, 0
+    env.reset(seed=seed)  # warm-up: the first reset creates the renderer
+    t = time.perf_counter()
+    env.reset(seed=seed)
+    reset_time += time.perf_counter() - t
+    n_resets += 1
+    state = np.empty(size)
+    mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+    ctrls: list[np.ndarray] = []
+    episodes.append((state.copy(), ctrls))
+    for i, a in enumerate(actions):
+        t = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(a)
+        step_time += time.perf_counter() - t
+        ctrls.append(u.data.ctrl.copy())
+        if terminated or truncated:
+            t = time.perf_counter()
+            env.reset(seed=seed + i + 1)
+            reset_time += time.perf_counter() - t
+            n_resets += 1
+            mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+            ctrls = []
+            episodes.append((state.copy(), ctrls))
+    return step_time, episodes, reset_time / n_resets
+
+
+def raw_physics_time(env: gym.Env, episodes: list) -> float:
+    """Seconds `mj_step` alone takes for the same substeps, controls and start states."""
+    u = env.unwrapped
+    m, d = u.model, mujoco.MjData(u.model)
+    total = 0.0
+    for state, ctrls in episodes:
+        mujoco.mj_setState(m, d, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(m, d)
+        t = time.perf_counter()
+        for c in ctrls:
+            d.ctrl[:] = c
+            mujoco.mj_step(m, d, nstep=u.n_substeps)
+        total += time.perf_counter() - t
+    return total
+
+
+def render_cost(env: gym.Env, size: int, repeats: int, **changes) -> float:
+    """Microseconds per camera image with some visual settings changed."""
+    u = env.unwrapped
+    m = u.model
+    saved = {
+        "shadowsize": m.vis.quality.shadowsize,
+        "offsamples": m.vis.quality.offsamples,
+        "numslices": m.vis.quality.numslices,
+        "numstacks": m.vis.quality.numstacks,
+        "castshadow": m.light_castshadow.copy(),
+        "offwidth": m.vis.global_.offwidth,
+        "offheight": m.vis.global_.offheight,
+    }
+    try:
+        for k in ("shadowsize", "offsamples", "numslices", "numstacks"):
+            if k in changes:
+                setattr(m.vis.quality, k, changes[k])
+        if changes.get("castshadow"):
+            m.light_castshadow[:] = 1
+        m.vis.global_.offwidth = m.vis.global_.offheight = changes.get("buffer", size)
+        renderer = mujoco.Renderer(m, size, size)
+        for _ in range(3):
+            renderer.update_scene(u.data, camera="front")
+            renderer.render()
+        t = time.perf_counter()
+        for i in range(repeats):
+            renderer.update_scene(u.data, camera=("front", "wrist")[i % 2])
+            renderer.render()
+        renderer.close()
+        return (time.perf_counter() - t) / repeats * 1e6
+    finally:
+        m.vis.quality.shadowsize = saved["shadowsize"]
+        m.vis.quality.offsamples = saved["offsamples"]
+        m.vis.quality.numslices = saved["numslices"]
+        m.vis.quality.numstacks = saved["numstacks"]
+        m.light_castshadow[:] = saved["castshadow"]
+        m.vis.global_.offwidth, m.vis.global_.offheight = saved["offwidth"], saved["offheight"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="VLA-PickCup-v0")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--render-repeats", type=int, default=200)
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    pinned = pin_to_one_core()
+    results: dict = {
+        "task": args.task,
+        "machine": {"python": platform.python_version(), "mujoco": mujoco.__version__, "cpu": platform.processor()},
+        "pinning": pinned,
+    }
+
+    env = gym.make(args.task, obs_mode="state")
+    step_s, episodes, reset_s = rollout_with_log(env, args.steps, seed=0)
+    raw_s = raw_physics_time(env, episodes)
+    results["state_steps_per_s"] = args.steps / step_s
+    results["raw_physics_steps_per_s"] = args.steps / raw_s
+    results["env_over_physics"] = step_s / raw_s
+    results["reset_ms_state"] = reset_s * 1e3
+
+    rgb = gym.make(args.task, obs_mode="rgb", image_size=128, cameras=("front", "wrist"))
+    rgb_steps = max(args.steps // 4, 100)
+    rgb_step_s, _, rgb_reset_s = rollout_with_log(rgb, rgb_steps, seed=0)
+    results["rgb_steps_per_s"] = rgb_steps / rgb_step_s
+    results["reset_ms_rgb"] = rgb_reset_s * 1e3
+
+    n = args.render_repeats
+    ablation = {
+        "vlagym scene settings": {},
+        "+ 4x multisampling": {"offsamples": 4},
+        "+ 4096^2 shadow map, shadows on": {"shadowsize": 4096, "castshadow": True},
+        "+ default tessellation (28x16)": {"numslices": 28, "numstacks": 16},
+        "+ 640x480-sized offscreen buffer": {"buffer": 640},
+        "MuJoCo defaults, all of the above": {
+            "offsamples": 4,
+            "shadowsize": 4096,
+            "castshadow": True,
+            "numslices": 28,
+            "numstacks": 16,
+            "buffer": 640,
+        },
+    }
+    results["render_us_per_image_128"] = {name: render_cost(rgb, 128, n, **ch) for name, ch in ablation.items()}
+    env.close()
+    rgb.close()
+
+    base = results["render_us_per_image_128"]["vlagym scene settings"]
+    print(f"vlagym env benchmark: {args.task}, MuJoCo {mujoco.__version__}, {pinned}")
+    print()
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| state env steps/s (gym.make, random actions) | {results['state_steps_per_s']:.0f} |")
+    print(f"| raw mj_step rate, same substeps and controls (steps/s) | {results['raw_physics_steps_per_s']:.0f} |")
+    print(f"| env time / physics time | {results['env_over_physics']:.3f} |")
+    print(f"| rgb env steps/s (front + wrist, 128x128, one core) | {results['rgb_steps_per_s']:.0f} |")
+    print(f"| reset, state mode (ms) | {results['reset_ms_state']:.2f} |")
+    print(f"| reset, rgb mode (ms) | {results['reset_ms_rgb']:.2f} |")
+    print()
+    print("| render setting (one 128x128 image) | us | x vlagym |")
+    print("|---|---|---|")
+    for name, us in results["render_us_per_image_128"].items():
+        print(f"| {name} | {us:.0f} | {us / base:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
