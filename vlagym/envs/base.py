@@ -8,12 +8,14 @@ behaves the same way.
 
 from __future__ import annotations
 
+import atexit
 import difflib
 import inspect
 import logging
 import os
 import string
 import sys
+import weakref
 from importlib import resources
 from typing import Any, ClassVar
 
@@ -25,6 +27,33 @@ from gymnasium import spaces
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 
 logger = logging.getLogger(__name__)
+mujoco_logger = logging.getLogger("vlagym.mujoco")
+
+# MuJoCo prints its warnings (e.g. "Nan, Inf or huge value in QACC") to stdout by
+# default; route them to logging unless the application installed its own handler.
+if mujoco.get_mju_user_warning() is None:
+    mujoco.set_mju_user_warning(lambda msg: mujoco_logger.warning("MuJoCo: %s", msg.strip()))
+
+# Envs holding GL contexts are closed at interpreter exit, before MuJoCo's EGL
+# module terminates the display (it registers that at its first context, so
+# registering ours after the first renderer exists makes ours run first);
+# otherwise every Renderer.__del__ prints an EGL error on the way out.
+_LIVE_ENVS: weakref.WeakSet = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def _close_live_envs() -> None:
+    for env in list(_LIVE_ENVS):
+        env.close()
+
+
+def _track_renderer_owner(env: VLAEnv) -> None:
+    global _exit_hook_registered
+    _LIVE_ENVS.add(env)
+    if not _exit_hook_registered:
+        atexit.register(_close_live_envs)
+        _exit_hook_registered = True
+
 
 OBS_MODES = ("state", "rgb", "rgb+state")
 REWARD_MODES = ("dense", "sparse")
@@ -327,13 +356,15 @@ class VLAEnv(gym.Env):
         # oversized one costs time at every step.
         self.model.vis.global_.offheight, self.model.vis.global_.offwidth = height, width
         try:
-            return mujoco.Renderer(self.model, height, width)
+            renderer = mujoco.Renderer(self.model, height, width)
         except Exception as err:  # mujoco raises FatalError or ImportError depending on the backend
             raise RuntimeError(
                 f"could not create an offscreen OpenGL context (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): {err}. "
                 "On a headless Linux machine set MUJOCO_GL=egl before mujoco is first imported "
                 "(importing vlagym before mujoco does this)."
             ) from err
+        _track_renderer_owner(self)
+        return renderer
 
     def render(self):
         if self.render_mode == "rgb_array":
