@@ -44,7 +44,7 @@ def sample_layout(
     n: int,
     region: tuple[tuple[float, float], tuple[float, float]],
     min_spacing: float,
-    max_tries: int = 1000,
+    max_tries: int = 100,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`n` xy positions in `region` at least `min_spacing` apart, and `n` yaws.
 
@@ -52,15 +52,15 @@ def sample_layout(
     """
     (x0, x1), (y0, y1) = region
     xy = np.zeros((n, 2))
-    placed = 0
     for _ in range(max_tries):
-        p = rng.uniform((x0, y0), (x1, y1))
-        if placed == 0 or np.min(np.linalg.norm(xy[:placed] - p, axis=1)) >= min_spacing:
-            xy[placed] = p
-            placed += 1
-            if placed == n:
-                break
-    else:  # pragma: no cover - the regions used by the tasks fit their objects easily
-        raise RuntimeError(f"could not place {n} objects {min_spacing} m apart in {region}")
-    yaw = rng.uniform(-np.pi, np.pi, size=n)
-    return xy, yaw
+        # Place points one by one; if an early choice leaves no room, start over.
+        placed = 0
+        for _ in range(50 * n):
+            p = rng.uniform((x0, y0), (x1, y1))
+            if placed == 0 or np.min(np.linalg.norm(xy[:placed] - p, axis=1)) >= min_spacing:
+                xy[placed] = p
+                placed += 1
+                if placed == n:
+                    yaw = rng.uniform(-np.pi, np.pi, size=n)
+                    return xy, yaw
+    raise RuntimeError(f"could not place {n} objects {min_spacing} m apart in {region}")

@@ -12,8 +12,8 @@ from vlagym.envs.objects import COLORS, CUP_HEIGHT, CUP_RADIUS, cup_xml, sample_
 
 MAX_CUPS = 3
 LIFT_HEIGHT = 0.05  # success: cup bottom this far above the table, while held
-WORKSPACE = ((-0.12, 0.08), (-0.18, 0.18))  # x and y ranges of cup centres
-MIN_SPACING = 0.15  # between cup centres, so open fingers never hit a neighbour
+WORKSPACE = ((-0.12, 0.08), (-0.2, 0.2))  # x and y ranges of cup centres
+MIN_SPACING = 0.13  # between cup centres, so open fingers never hit a neighbour
 PARK = np.array([1.5, 1.5, -0.75])  # unused cups rest on the floor, out of view
 
 
@@ -26,7 +26,7 @@ class PickCupEnv(VLAEnv):
 
     Randomisations:
         Number of cups (1-3), their colours (distinct, from the palette),
-        positions (x in [-0.12, 0.08], y in [-0.18, 0.18], at least 15 cm
+        positions (x in [-0.12, 0.08], y in [-0.2, 0.2], at least 13 cm
         apart), yaw (uniform), which cup is the target, the instruction
         template, and the arm's start posture (±0.03 rad per joint).
 

@@ -90,9 +90,8 @@ class Robot:
         self.pad_geoms = np.array([model.geom(n).id for n in ("finger_left_pad", "finger_right_pad")])
         self.hand_body = model.body("hand").id
 
-        self._jacp = np.zeros((3, model.nv))
-        self._jacr = np.zeros((3, model.nv))
-        self._eye7 = np.eye(7)
+        self._jac = np.zeros((6, model.nv))  # rows 0-2 translation, 3-5 rotation
+        self._diag6 = np.diag_indices(6)
 
     # ------------------------------------------------------------------ state
     @property
@@ -154,17 +153,19 @@ class Robot:
         self.data.ctrl[self.finger_act] = FINGER_OPEN * (1.0 - action[-1]) * 0.5
 
     def _ik_delta(self, dpos: np.ndarray, drot: np.ndarray) -> np.ndarray:
-        m, d = self.model, self.data
-        mujoco.mj_jacSite(m, d, self._jacp, self._jacr, self.ee_site)
-        jac = np.vstack([self._jacp[:, self.arm_dof_adr], self._jacr[:, self.arm_dof_adr]])
-        err = np.concatenate([dpos, drot])
+        mujoco.mj_jacSite(self.model, self.data, self._jac[:3], self._jac[3:], self.ee_site)
+        jac = self._jac[:, self.arm_dof_adr]
         jjt = jac @ jac.T
-        jjt[np.diag_indices(6)] += self.damping**2
-        pinv = jac.T @ np.linalg.inv(jjt)
-        dq = pinv @ err
-        # Null-space motion toward home keeps the redundant elbow from drifting.
-        dq += (self._eye7 - pinv @ jac) @ (self.nullspace_gain * (HOME_QPOS - self.qpos))
-        return dq
+        jjt[self._diag6] += self.damping**2
+        # Damped least squares for the task, plus null-space motion toward home
+        # (v - J^T (J J^T + l^2 I)^-1 J v) so the redundant elbow does not drift;
+        # both solved with one factorisation.
+        v = self.nullspace_gain * (HOME_QPOS - self.data.qpos[self.arm_qpos_adr])
+        rhs = np.empty((6, 2))
+        rhs[:3, 0], rhs[3:, 0] = dpos, drot
+        rhs[:, 1] = jac @ v
+        x = np.linalg.solve(jjt, rhs)
+        return jac.T @ (x[:, 0] - x[:, 1]) + v
 
     def solve_ik(self, pos: np.ndarray, mat: np.ndarray, iters: int = 200) -> np.ndarray:
         """Arm configuration that puts the grasp site at `pos` with orientation `mat`.
