@@ -1,0 +1,340 @@
+"""The `vlagym` command line: one subcommand per job, each driven by one config dataclass.
+
+    vlagym list                          registered tasks
+    vlagym video VLA-PickCup-v0          mp4 of the scripted expert solving a task
+
+User errors (unknown task, bad option value, unwritable output) print one line
+on stderr and return exit code 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import vlagym
+from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UserError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit code 2."""
+
+
+# ---------------------------------------------------------------------------- helpers
+def check_task(task: str) -> str:
+    """The registered vlagym id for `task` (a leading "vlagym:" is accepted), else a `UserError`."""
+    env_id = task.removeprefix("vlagym:")
+    if env_id not in vlagym.TASKS:
+        hint = difflib.get_close_matches(env_id, list(vlagym.TASKS), n=1)
+        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise UserError(f"unknown task {task!r}{did_you_mean}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
+    return env_id
+
+
+def task_class(env_id: str) -> type:
+    """The env class registered for `env_id`, resolved from its entry point without building an env."""
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str):
+        return gym.envs.registration.load_env_creator(entry_point)
+    return entry_point
+
+
+def _choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise UserError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _temp_path(path: Path) -> Path:
+    """A hidden sibling of `path` (same folder, so `os.replace` is atomic) that keeps its suffix.
+
+    Not `mkstemp`: that creates the file mode 0600, and the output should get the user's usual permissions.
+    """
+    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = _temp_path(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- vlagym list
+class _ExampleFields(dict):
+    """Template fields for an example instruction; fields we have no example for stay as `{name}`."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+@dataclass
+class ListConfig:
+    """Options of `vlagym list`."""
+
+    markdown: bool = False
+    """print a Markdown table instead of aligned plain text"""
+
+
+def task_rows() -> list[dict[str, str]]:
+    """One row per registered vlagym task: id, max steps, description, example instruction."""
+    rows = []
+    for env_id in sorted(vlagym.TASKS):
+        cls = task_class(env_id)
+        doc_line = (cls.__doc__ or "").strip().split("\n", 1)[0]
+        train = getattr(cls, "templates", {}).get("train", ())
+        rows.append(
+            {
+                "id": env_id,
+                "steps": str(gym.spec(env_id).max_episode_steps),
+                "description": getattr(cls, "description", "") or doc_line,
+                "example instruction": train[0].format_map(_ExampleFields(color="red")) if train else "",
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, str]], markdown: bool = False) -> str:
+    """Rows of equal keys as an aligned text table (or a Markdown table)."""
+    if not rows:
+        return "(no tasks registered)"
+    keys = list(rows[0])
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in keys}
+    if markdown:
+        lines = ["| " + " | ".join(keys) + " |", "|" + "|".join("---" for _ in keys) + "|"]
+        lines += ["| " + " | ".join(r[k] for k in keys) + " |" for r in rows]
+    else:
+        lines = ["  ".join(k.upper().ljust(widths[k]) for k in keys).rstrip()]
+        lines += ["  ".join(r[k].ljust(widths[k]) for k in keys).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def run_list(cfg: ListConfig) -> int:
+    print(format_table(task_rows(), markdown=cfg.markdown))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- vlagym video
+@dataclass
+class VideoConfig:
+    """Options of `vlagym video`: the scripted expert on a task, recorded as one mp4."""
+
+    task: str
+    """registered vlagym env id, e.g. VLA-PickCup-v0"""
+    episodes: int = 3
+    """number of episodes, recorded back to back"""
+    seed: int = 0
+    """episode i is reset with seed + i"""
+    out: str = ""
+    """output mp4 path; empty means videos/<task>.mp4"""
+    camera: str = "front"
+    """camera to record (the env's image observation of that camera)"""
+    size: int = 256
+    """frame height and width in pixels (even: H.264 needs it)"""
+    fps: int = 20
+    """frames per second of the video; 20 = real time at the default control rate"""
+    instruction_split: str = "train"
+    """instruction paraphrase set the episodes sample from"""
+    hold: int = 10
+    """frames the last image of each episode is repeated, so its outcome is visible"""
+
+    def __post_init__(self) -> None:
+        self.task = check_task(self.task)
+        if not self.out:
+            self.out = str(Path("videos") / f"{self.task}.mp4")
+        if Path(self.out).suffix.lower() != ".mp4":
+            raise UserError(f"--out must end in .mp4, got {self.out!r}")
+        if self.episodes < 1:
+            raise UserError(f"--episodes must be at least 1, got {self.episodes}")
+        if self.seed < 0:
+            raise UserError(f"--seed must be non-negative, got {self.seed}")
+        if not (16 <= self.size <= 2048 and self.size % 2 == 0):
+            raise UserError(f"--size must be an even number between 16 and 2048, got {self.size}")
+        if not (1 <= self.fps <= 240):
+            raise UserError(f"--fps must be between 1 and 240, got {self.fps}")
+        if self.hold < 0:
+            raise UserError(f"--hold must be non-negative, got {self.hold}")
+        _choice("--camera", self.camera, CAMERAS)
+        _choice("--instruction-split", self.instruction_split, INSTRUCTION_SPLITS)
+
+
+def _record_episode(env: gym.Env, expert, seed: int, camera: str, writer, hold: int) -> dict[str, Any]:
+    """Run the expert for one episode, appending every frame to `writer`; returns the episode summary."""
+    obs, info = env.reset(seed=seed)
+    expert.reset()
+    writer.append_data(obs["images"][camera])
+    steps, done = 0, False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(expert(obs))
+        writer.append_data(obs["images"][camera])
+        steps += 1
+        done = terminated or truncated
+    for _ in range(hold):
+        writer.append_data(obs["images"][camera])
+    return {
+        "seed": seed,
+        "instruction": info["instruction"],
+        "success": bool(info["success"]),
+        "steps": steps,
+        "sim_unstable": bool(info.get("sim_unstable", False)),
+    }
+
+
+def run_video(cfg: VideoConfig) -> int:
+    import imageio.v2 as imageio  # imported here: `vlagym list` should not pay for ffmpeg
+    from tqdm import tqdm
+
+    out = Path(cfg.out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the output folder {str(out.parent)!r}: {e.strerror or e}") from e
+    if out.is_dir():
+        raise UserError(f"--out {cfg.out!r} is a folder; give a file path ending in .mp4")
+    if not os.access(out.parent, os.W_OK):
+        raise UserError(f"cannot write to the output folder {str(out.parent)!r}")
+    tmp = _temp_path(out)
+
+    # The camera is read from the image observation, so any camera the env knows can be recorded.
+    env = gym.make(
+        cfg.task,
+        obs_mode="rgb",
+        cameras=(cfg.camera,),
+        image_size=cfg.size,
+        instruction_split=cfg.instruction_split,
+    )
+    episodes: list[dict[str, Any]] = []
+    frames = 0
+    try:
+        expert = vlagym.make_expert(env)
+        # macro_block_size=2: keep the exact size (libx264/yuv420p needs even sides, enforced by the config).
+        writer = imageio.get_writer(
+            tmp, format="FFMPEG", mode="I", fps=cfg.fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error"
+        )
+        with writer:
+            for i in tqdm(range(cfg.episodes), desc=f"{cfg.task} episodes", unit="ep"):
+                ep = _record_episode(env, expert, cfg.seed + i, cfg.camera, writer, cfg.hold)
+                frames += ep["steps"] + 1 + cfg.hold
+                episodes.append(ep)
+                tqdm.write(
+                    f"episode {i} (seed {ep['seed']}): {'success' if ep['success'] else 'failure'} "
+                    f"in {ep['steps']} steps: {ep['instruction']!r}"
+                )
+        os.replace(tmp, out)
+    finally:
+        env.close()
+        tmp.unlink(missing_ok=True)
+
+    record = {
+        "config": dataclasses.asdict(cfg),
+        "vlagym_version": vlagym.__version__,
+        "frames": frames,
+        "successes": sum(ep["success"] for ep in episodes),
+        "episodes": episodes,
+    }
+    meta = out.with_name(out.name + ".json")
+    _atomic_write_text(meta, json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out} ({frames} frames, {record['successes']}/{len(episodes)} successful); config: {meta}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- parser and main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vlagym", description="Language-conditioned MuJoCo manipulation tasks and the VLA loop around them."
+    )
+    parser.add_argument("--version", action="version", version=f"vlagym {vlagym.__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list the registered tasks", description="List the registered vlagym tasks.")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+
+    d = VideoConfig.__dataclass_fields__
+    p = sub.add_parser(
+        "video",
+        help="record the scripted expert solving a task (mp4)",
+        description="Run the scripted expert for a few episodes and write them to one mp4 (config JSON beside it).",
+    )
+    p.add_argument("task", help="task id, e.g. VLA-PickCup-v0 (see `vlagym list`)")
+    p.add_argument(
+        "--episodes", type=int, default=d["episodes"].default, help="number of episodes (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=d["seed"].default, help="episode i uses seed+i (default: %(default)s)")
+    p.add_argument("--out", default="", help="output .mp4 path (default: videos/TASK.mp4)")
+    p.add_argument("--camera", default=d["camera"].default, help=f"one of {list(CAMERAS)} (default: %(default)s)")
+    p.add_argument("--size", type=int, default=d["size"].default, help="frame side in pixels (default: %(default)s)")
+    p.add_argument("--fps", type=int, default=d["fps"].default, help="video frame rate (default: %(default)s)")
+    p.add_argument(
+        "--instruction-split",
+        default=d["instruction_split"].default,
+        help=f"one of {list(INSTRUCTION_SPLITS)} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--hold", type=int, default=d["hold"].default, help="frames to hold each episode's end (default: %(default)s)"
+    )
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> ListConfig | VideoConfig:
+    if args.command == "list":
+        return ListConfig(markdown=args.markdown)
+    return VideoConfig(
+        task=args.task,
+        episodes=args.episodes,
+        seed=args.seed,
+        out=args.out,
+        camera=args.camera,
+        size=args.size,
+        fps=args.fps,
+        instruction_split=args.instruction_split,
+        hold=args.hold,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `vlagym` console script; returns the process exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits on --help, --version and usage errors
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        cfg = _config_from_args(args)
+        if isinstance(cfg, ListConfig):
+            return run_list(cfg)
+        return run_video(cfg)
+    except UserError as e:
+        print(f"vlagym {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
