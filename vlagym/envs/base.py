@@ -162,12 +162,15 @@ class VLAEnv(gym.Env):
         **unknown: Any,
     ):
         if unknown:
+            named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
             valid = sorted(
-                name
-                for cls in type(self).__mro__
-                if "__init__" in vars(cls)
-                for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
-                if name != "self" and p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD and name != "self"
+                {
+                    name
+                    for cls in type(self).__mro__
+                    if "__init__" in vars(cls)
+                    for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
+                    if name != "self" and p.kind in named
+                }
             )
             name = next(iter(unknown))
             hint = difflib.get_close_matches(name, valid, n=1)
