@@ -1,22 +1,17 @@
 """vlagym: language-conditioned MuJoCo manipulation tasks and the VLA training loop around them.
 
-    import gymnasium as gym
-    import vlagym
+import gymnasium as gym
+import vlagym
 
-    env = gym.make("VLA-PickCup-v0", obs_mode="rgb")
+env = gym.make("VLA-PickCup-v0", obs_mode="rgb")
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from vlagym._headless import configure_headless_gl
 
-# Headless rendering by default. MuJoCo reads MUJOCO_GL when it first creates a
-# GL context, so this must happen before any Renderer exists; a user's own
-# setting always wins.
-if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ:
-    os.environ["MUJOCO_GL"] = "egl"
-    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+# Before anything imports mujoco's renderer: headless EGL unless the user chose.
+configure_headless_gl()
 
 from vlagym.envs import TASKS, VLAEnv, register_envs  # noqa: E402
 

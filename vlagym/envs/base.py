@@ -24,7 +24,9 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
+from vlagym._headless import has_display
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
+from vlagym.envs.spaces import InstructionSpace
 
 logger = logging.getLogger(__name__)
 mujoco_logger = logging.getLogger("vlagym.mujoco")
@@ -186,7 +188,7 @@ class VLAEnv(gym.Env):
             raise _choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise _choice_error("render_mode", render_mode, RENDER_MODES)
-        if render_mode == "human" and not _has_display():
+        if render_mode == "human" and sys.platform.startswith("linux") and not has_display():
             # MuJoCo's viewer aborts the whole process when GLFW finds no display.
             raise RuntimeError(
                 "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
@@ -223,13 +225,15 @@ class VLAEnv(gym.Env):
         self.table_geom = self.model.geom("table").id
         self._setup_task()
 
-        self.action_space = spaces.Box(-1.0, 1.0, (7,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (self.robot.action_dim,), np.float32)
         self.observation_space = self._make_observation_space()
         self._obs_renderer: mujoco.Renderer | None = None
         self._render_renderer: mujoco.Renderer | None = None
         self._viewer = None
         self.instruction = ""
         self._sim_unstable = False
+        # Views into data.warning, read after every step (cleared by mj_resetData).
+        self._bad_warning_stats = [self.data.warning[w] for w in _BAD_WARNINGS]
 
     @classmethod
     def _check_reward_weights(cls, weights: dict[str, float] | None) -> dict[str, float]:
@@ -255,7 +259,7 @@ class VLAEnv(gym.Env):
         obs = {
             "images": spaces.Dict({c: spaces.Box(0, 255, (h, w, 3), np.uint8) for c in self.cameras}),
             "proprio": spaces.Box(-np.inf, np.inf, (Robot.PROPRIO_DIM,), np.float32),
-            "instruction": spaces.Text(INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
+            "instruction": InstructionSpace(INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
         }
         if self.obs_mode == "rgb+state":
             obs["state"] = state
@@ -299,13 +303,16 @@ class VLAEnv(gym.Env):
 
     def _check_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float64)
-        if a.shape != (7,):
-            raise ValueError(f"action must have shape (7,), got {a.shape}")
+        if a.shape != self.action_space.shape:
+            raise ValueError(
+                f"action must have shape {self.action_space.shape} in control_mode "
+                f"{self.robot.control_mode!r}, got {a.shape}"
+            )
         bad = ~np.isfinite(a)
         if bad.any():
             idx = np.flatnonzero(bad).tolist()
             raise ValueError(f"action has non-finite entries at indices {idx}: {a[bad].tolist()}")
-        return np.clip(a, -1.0, 1.0)
+        return np.minimum(np.maximum(a, -1.0), 1.0)
 
     def _check_unstable(self) -> bool:
         """True when MuJoCo flagged a divergence during the last substeps.
@@ -314,8 +321,7 @@ class VLAEnv(gym.Env):
         the episode (`truncated`, `info["sim_unstable"]`) rather than continue
         from that silent reset. The warning counters are cleared by the next reset.
         """
-        warnings = self.data.warning
-        if any(warnings[w].number for w in _BAD_WARNINGS) or not np.isfinite(self.data.qacc).all():
+        if any(stat.number for stat in self._bad_warning_stats):
             if not self._sim_unstable:
                 logger.warning("simulation became unstable in %s; ending the episode", type(self).__name__)
             self._sim_unstable = True
@@ -407,12 +413,6 @@ class VLAEnv(gym.Env):
         for pad in self.robot.pad_geoms:
             out.append(set(bodies[geoms[:, 0] == pad, 1].tolist()) | set(bodies[geoms[:, 1] == pad, 0].tolist()))
         return out[0], out[1]
-
-
-def _has_display() -> bool:
-    if sys.platform.startswith("linux"):
-        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return True
 
 
 def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:

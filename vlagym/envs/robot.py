@@ -23,6 +23,15 @@ FINGER_OPEN = 0.04  # metres of travel per finger; 8 cm between the pads
 CONTROL_MODES = ("ee_delta_pose", "joint_delta_pos")
 
 
+def _as_slice(indices: list[int]) -> slice | np.ndarray:
+    """A slice when the ids are consecutive (basic indexing is several times
+    cheaper than fancy indexing on the per-step path), else an index array."""
+    idx = np.asarray(indices)
+    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+        return slice(int(idx[0]), int(idx[0]) + len(idx))
+    return idx
+
+
 def quat_to_mat(quat: np.ndarray) -> np.ndarray:
     mat = np.empty(9)
     mujoco.mju_quat2Mat(mat, quat)
@@ -52,8 +61,8 @@ class Robot:
     grasp-site Jacobian turns the pose delta into joint targets; a null-space
     term keeps the redundant arm near its home posture.
 
-    Action (`joint_delta_pos`): 7 joint deltas scaled by `max_joint_delta`, then
-    the gripper command.
+    Action (`joint_delta_pos`, 8-D): 7 joint deltas scaled by `max_joint_delta`,
+    then the gripper command.
     """
 
     def __init__(
@@ -74,18 +83,21 @@ class Robot:
         self.max_translation = max_translation
         self.max_rotation = max_rotation
         self.max_joint_delta = max_joint_delta
+        self.action_dim = 7 if control_mode == "ee_delta_pose" else 8
         self.damping = damping
         self.nullspace_gain = nullspace_gain
 
         jid = [model.joint(n).id for n in ARM_JOINTS]
-        self.arm_qpos_adr = np.array([model.jnt_qposadr[j] for j in jid])
-        self.arm_dof_adr = np.array([model.jnt_dofadr[j] for j in jid])
+        self.arm_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in jid])
+        self.arm_dof_adr = _as_slice([model.jnt_dofadr[j] for j in jid])
         self.arm_range = model.jnt_range[jid].copy()
         fid = [model.joint(n).id for n in FINGER_JOINTS]
-        self.finger_qpos_adr = np.array([model.jnt_qposadr[j] for j in fid])
-        self.finger_dof_adr = np.array([model.jnt_dofadr[j] for j in fid])
-        self.arm_act = np.array([model.actuator(n).id for n in ARM_JOINTS])
-        self.finger_act = np.array([model.actuator(n).id for n in FINGER_JOINTS])
+        self.finger_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in fid])
+        self.finger_dof_adr = _as_slice([model.jnt_dofadr[j] for j in fid])
+        self.arm_act = _as_slice([model.actuator(n).id for n in ARM_JOINTS])
+        self.finger_act = _as_slice([model.actuator(n).id for n in FINGER_JOINTS])
+        model.actuator_ctrlrange[self.arm_act] = self.arm_range
+        model.actuator_ctrllimited[self.arm_act] = 1
         self.ee_site = model.site(EE_SITE).id
         self.pad_geoms = np.array([model.geom(n).id for n in ("finger_left_pad", "finger_right_pad")])
         self.hand_body = model.body("hand").id
@@ -148,8 +160,8 @@ class Robot:
             dq = self._ik_delta(action[:3] * self.max_translation, action[3:6] * self.max_rotation)
         else:
             dq = action[:7] * self.max_joint_delta
-        target = np.clip(self.qpos + dq, self.arm_range[:, 0], self.arm_range[:, 1])
-        self.data.ctrl[self.arm_act] = target
+        # MuJoCo clamps the targets to the joint ranges (ctrlrange, set in __init__).
+        self.data.ctrl[self.arm_act] = self.data.qpos[self.arm_qpos_adr] + dq
         self.data.ctrl[self.finger_act] = FINGER_OPEN * (1.0 - action[-1]) * 0.5
 
     def _ik_delta(self, dpos: np.ndarray, drot: np.ndarray) -> np.ndarray:
