@@ -14,6 +14,11 @@ import sys
 
 logger = logging.getLogger(__name__)
 
+#: Why offscreen rendering cannot work in this process, once known. Creating a
+#: GL context again after a failure can abort the process (GLFW in MuJoCo 3.x),
+#: so renderers check this first and raise instead of retrying.
+gl_failure: str | None = None
+
 
 def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
@@ -39,18 +44,27 @@ def configure_headless_gl() -> None:
 def _switch_imported_mujoco_to_egl() -> None:
     """mujoco was imported before vlagym with MUJOCO_GL unset, so it chose GLFW,
     which cannot work without a display (and a second failed attempt aborts
-    the process). Point its renderer at the EGL context class instead; the
-    Renderer looks the class up each time one is created."""
-    for name in ("mujoco.rendering.classic.gl_context", "mujoco.gl_context"):  # MuJoCo 4.x, 3.x
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        try:
-            from mujoco.egl import GLContext
-        except Exception as err:  # noqa: BLE001 - any failure leaves mujoco's own choice in place
-            logger.warning("mujoco was imported before vlagym and EGL is unavailable (%s); rendering may fail", err)
-            return
-        module.GLContext = GLContext
-        logger.info("mujoco was imported before vlagym; switched its offscreen rendering to EGL")
+    the process).
+
+    MuJoCo 4.x looks the context class up each time a Renderer is created, so
+    pointing it at the EGL class is enough. MuJoCo 3.x has by then loaded GLFW's
+    GL entry points and cannot switch; there the first render raises a clear
+    error (see `VLAEnv._make_renderer`) and we say why now.
+    """
+    try:
+        import mujoco
+
+        if int(mujoco.__version__.split(".")[0]) < 4:
+            raise ImportError(f"MuJoCo {mujoco.__version__} cannot switch GL backends after import")
+        module = importlib.import_module("mujoco.rendering.classic.gl_context")
+        from mujoco.egl import GLContext
+    except Exception as err:  # noqa: BLE001 - any failure leaves mujoco's own choice in place
+        global gl_failure
+        gl_failure = (
+            "mujoco was imported before vlagym with MUJOCO_GL unset and there is no display, so MuJoCo chose "
+            f"GLFW, which cannot render here ({err})"
+        )
+        logger.warning("%s. Set MUJOCO_GL=egl in the environment, or import vlagym before mujoco.", gl_failure)
         return
+    module.GLContext = GLContext
+    logger.info("mujoco was imported before vlagym; switched its offscreen rendering to EGL")

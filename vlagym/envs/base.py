@@ -12,7 +12,6 @@ import atexit
 import difflib
 import inspect
 import logging
-import os
 import string
 import sys
 import weakref
@@ -24,6 +23,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
+from vlagym import _headless
 from vlagym._headless import has_display
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 from vlagym.envs.spaces import InstructionSpace
@@ -364,14 +364,17 @@ class VLAEnv(gym.Env):
         # renderers clear and resolve the whole buffer every frame, so an
         # oversized one costs time at every step.
         self.model.vis.global_.offheight, self.model.vis.global_.offwidth = height, width
+        advice = (
+            "MuJoCo chooses its OpenGL backend when mujoco is first imported: on a headless Linux machine set "
+            "MUJOCO_GL=egl in the environment, or import vlagym before mujoco."
+        )
+        if _headless.gl_failure is not None:
+            raise RuntimeError(f"offscreen rendering is unavailable: {_headless.gl_failure}. {advice}")
         try:
             renderer = mujoco.Renderer(self.model, height, width)
         except Exception as err:  # mujoco raises FatalError or ImportError depending on the backend
-            raise RuntimeError(
-                f"could not create an offscreen OpenGL context (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): {err}. "
-                "On a headless Linux machine set MUJOCO_GL=egl before mujoco is first imported "
-                "(importing vlagym before mujoco does this)."
-            ) from err
+            _headless.gl_failure = f"creating an OpenGL context failed ({err})"
+            raise RuntimeError(f"could not create an offscreen OpenGL context: {err}. {advice}") from err
         _track_renderer_owner(self)
         return renderer
 
