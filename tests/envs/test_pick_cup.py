@@ -113,25 +113,25 @@ def test_episodes_name_the_target_and_vary(make_env):
     cup_counts, targets = set(), set()
     for seed in range(60):
         _, info = env.reset(seed=seed)
-        colors = base.colors
-        assert len(colors) == base.num_cups
+        present = [o for o in base.objects if o.present]
+        colors = [o.color for o in present]
+        assert all(o.kind == "cup" for o in present), "train shows cups only"
         assert len(set(colors)) == len(colors), f"seed {seed}: repeated colours {colors}"
         assert set(colors) <= set(COLORS)
-        assert 0 <= base.target < base.num_cups
-        target_color = colors[base.target]
-        assert names(base.instruction, target_color), f"seed {seed}: {base.instruction!r} vs {target_color}"
+        assert base.target in present
+        assert names(base.instruction, base.target.color), f"seed {seed}: {base.instruction!r} vs {base.target.color}"
         assert info["instruction"] == base.instruction
         # Other cups' colours are not named: the instruction is unambiguous.
-        for i, color in enumerate(colors):
-            if i != base.target:
-                assert not names(base.instruction, color), f"seed {seed}: {base.instruction!r} names {color}"
+        for obj in present:
+            if obj is not base.target:
+                assert not names(base.instruction, obj.color), f"seed {seed}: {base.instruction!r} names {obj.color}"
         # What the camera sees matches the words.
-        for i, color in enumerate(colors):
-            rgba = base.model.geom(f"cup{i}_body").rgba
-            np.testing.assert_allclose(rgba, COLORS[color], err_msg=f"seed {seed} cup {i}")
-        cup_counts.add(base.num_cups)
-        if base.num_cups > 1:
-            targets.add(base.target)
+        for obj in present:
+            rgba = base.model.geom(f"{obj.name}_body").rgba
+            np.testing.assert_allclose(rgba, COLORS[obj.color], err_msg=f"seed {seed} {obj.name}")
+        cup_counts.add(len(present))
+        if len(present) > 1:
+            targets.add(base.target.name)
     assert cup_counts == {1, 2, 3}
     assert len(targets) >= 2, "the target is always the same cup slot: the instruction would be unnecessary"
 
@@ -141,8 +141,9 @@ def test_cups_are_placed_apart_on_the_table(make_env):
     base = env.unwrapped
     for seed in range(60):
         env.reset(seed=seed)
-        xy = np.array([base.data.xpos[base.cup_bodies[i]][:2] for i in range(base.num_cups)])
-        z = [base.data.xpos[base.cup_bodies[i]][2] for i in range(base.num_cups)]
+        present = [o for o in base.objects if o.present]
+        xy = np.array([base.data.xpos[o.body][:2] for o in present])
+        z = [base.data.xpos[o.body][2] for o in present]
         np.testing.assert_allclose(z, 0.0, atol=1e-6)
         (x0, x1), (y0, y1) = WORKSPACE
         assert np.all((xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1)), f"seed {seed}"
@@ -171,7 +172,7 @@ def test_instruction_split_uses_only_its_templates(split, make_env):
     seen = set()
     for seed in range(80):
         env.reset(seed=seed)
-        target_color = base.colors[base.target]
+        target_color = base.target.color
         matches = [t for t in templates if t.format(color=target_color) == base.instruction]
         assert matches, f"seed {seed}: {base.instruction!r} is not a {split} template"
         seen.update(matches)
@@ -212,14 +213,14 @@ def test_no_success_at_reset(make_env):
 def test_grasping_the_wrong_cup_is_not_success(make_env, monkeypatch):
     env = make_env(terminate_on_success=False)
     base = env.unwrapped
-    (seed,) = seeds_with(env, lambda e: e.num_cups >= 2, 1)
+    (seed,) = seeds_with(env, lambda e: sum(o.present for o in e.objects) >= 2, 1)
     env.reset(seed=seed)
-    other = (base.target + 1) % base.num_cups
+    other_name = next(o.name for o in base.objects if o.present and o is not base.target)
     original = type(base).expert_target
 
     def expert_target_of_other_cup():
         saved = base.target
-        base.target = other
+        base.target = next(o for o in base.objects if o.name == other_name)
         try:
             return original(base)
         finally:
@@ -234,7 +235,8 @@ def test_grasping_the_wrong_cup_is_not_success(make_env, monkeypatch):
         obs, _, terminated, _, info = env.step(expert(obs))
         infos.append(info)
         assert not terminated
-    assert base.data.xpos[base.cup_bodies[other]][2] > LIFT_HEIGHT, "the expert did not lift the other cup"
+    other_body = base.model.body(other_name).id
+    assert base.data.xpos[other_body][2] > LIFT_HEIGHT, "the expert did not lift the other cup"
     assert not any(info["success"] for info in infos)
     assert info["wrong_object_grasped"] is True
     assert info["grasped"] is False
@@ -247,7 +249,7 @@ def test_grasp_holds_under_full_speed_motion(seed, make_env):
     steps = run_expert(env, seed, max_steps=50, until_success=True)
     assert steps[-1][-1]["success"]
     assert len(steps) + 42 < env.spec.max_episode_steps
-    cup = base.cup_bodies[base.target]
+    cup = base.target.body
 
     def cup_in_grasp_frame():
         # In the grasp site's frame, so that rotating the hand (which swings the

@@ -25,8 +25,10 @@ from gymnasium import spaces
 
 from vlagym import _headless
 from vlagym._headless import has_display
+from vlagym.envs.objects import FreeObject
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 from vlagym.envs.spaces import InstructionSpace
+from vlagym.envs.splits import SPLITS, VisualRandomizer
 
 logger = logging.getLogger(__name__)
 mujoco_logger = logging.getLogger("vlagym.mujoco")
@@ -64,6 +66,9 @@ CAMERAS = ("front", "wrist", "side")
 RENDER_MODES = ("rgb_array", "human")
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " ,.;:'?!-()"
 INSTRUCTION_MAX_LENGTH = 160
+MAX_OBJECTS = 5
+N_TASK_SCALARS = 4
+TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
 
@@ -99,7 +104,10 @@ class VLAEnv(gym.Env):
         cameras: camera names for the "images" observation.
         reward_mode: "dense" (weighted named terms in [0, 1]) or "sparse".
         reward_weights: override the task's default term weights (non-negative).
-        instruction_split: "train" or "heldout" paraphrase templates.
+        split: generalization split (see `vlagym.envs.splits`): "train" (default),
+            "heldout_paraphrase", "unseen_combo", "distractors", "lighting" or "camera".
+        instruction_split: "train" or "heldout" paraphrase templates; by default
+            "heldout" under split="heldout_paraphrase" and "train" otherwise.
         control_freq: control steps per simulated second (physics runs at 500 Hz).
         terminate_on_success: end the episode (`terminated`) on success.
         render_size: (height, width) of `render()` frames.
@@ -124,9 +132,6 @@ class VLAEnv(gym.Env):
     def _setup_task(self) -> None:
         """Resolve the task's MuJoCo names to ids (called once, after the model is built)."""
 
-    def _task_state_dim(self) -> int:
-        raise NotImplementedError
-
     def _initialize_episode(self, rng: np.random.Generator) -> None:
         """Randomise the scene for a new episode (data is reset, the arm placed)."""
         raise NotImplementedError
@@ -135,9 +140,17 @@ class VLAEnv(gym.Env):
         """Values that fill this episode's instruction template (e.g. {"color": "red"})."""
         raise NotImplementedError
 
-    def _task_state(self) -> np.ndarray:
-        """Privileged task state appended to proprio in the "state" observation."""
+    def target_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Position and quaternion of what the instruction is about (an object, a handle, a button)."""
         raise NotImplementedError
+
+    def goal_position(self) -> np.ndarray:
+        """Where the target should end up (a plate, a zone, ...); the target's own position if none."""
+        return self.target_pose()[0]
+
+    def task_scalars(self) -> np.ndarray:
+        """Up to `N_TASK_SCALARS` task-specific numbers for the state (drawer opening, ...)."""
+        return np.zeros(N_TASK_SCALARS)
 
     def evaluate(self) -> dict[str, Any]:
         """Named predicates of the current state; must contain "success" (bool)."""
@@ -157,35 +170,28 @@ class VLAEnv(gym.Env):
         cameras: tuple[str, ...] | list[str] = ("front", "wrist"),
         reward_mode: str = "dense",
         reward_weights: dict[str, float] | None = None,
-        instruction_split: str = "train",
+        split: str = "train",
+        instruction_split: str | None = None,
         control_freq: int = 20,
         terminate_on_success: bool = True,
         render_size: tuple[int, int] | list[int] = (256, 256),
         **unknown: Any,
     ):
         if unknown:
-            named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-            valid = sorted(
-                {
-                    name
-                    for cls in type(self).__mro__
-                    if "__init__" in vars(cls)
-                    for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
-                    if name != "self" and p.kind in named
-                }
-            )
-            name = next(iter(unknown))
-            hint = difflib.get_close_matches(name, valid, n=1)
-            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise TypeError(
-                f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}"
-            )
+            raise self._unknown_kwarg_error(next(iter(unknown)))
         if obs_mode not in OBS_MODES:
             raise _choice_error("obs_mode", obs_mode, OBS_MODES)
         if reward_mode not in REWARD_MODES:
             raise _choice_error("reward_mode", reward_mode, REWARD_MODES)
-        if instruction_split not in INSTRUCTION_SPLITS:
+        if split not in SPLITS:
+            raise _choice_error("split", split, SPLITS)
+        implied = "heldout" if split == "heldout_paraphrase" else "train"
+        if instruction_split is None:
+            instruction_split = implied
+        elif instruction_split not in INSTRUCTION_SPLITS:
             raise _choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
+        elif split == "heldout_paraphrase" and instruction_split != "heldout":
+            raise ValueError("split='heldout_paraphrase' uses the heldout templates; drop instruction_split='train'")
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise _choice_error("render_mode", render_mode, RENDER_MODES)
         if render_mode == "human" and sys.platform.startswith("linux") and not has_display():
@@ -194,14 +200,7 @@ class VLAEnv(gym.Env):
                 "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
                 "use render_mode='rgb_array' on headless machines"
             )
-        cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
-        if not cameras:
-            raise ValueError(f"cameras must name at least one camera; valid choices: {list(CAMERAS)}")
-        for cam in cameras:
-            if cam not in CAMERAS:
-                raise _choice_error("camera", cam, CAMERAS)
-        if len(set(cameras)) != len(cameras):
-            raise ValueError(f"cameras has duplicates: {list(cameras)}")
+        cameras = _check_cameras(cameras)
         self.image_size = _as_hw(image_size, "image_size")
         self.render_size = _as_hw(render_size, "render_size")
         physics_hz = round(1 / PHYSICS_TIMESTEP)
@@ -211,6 +210,7 @@ class VLAEnv(gym.Env):
         self.render_mode = render_mode
         self.cameras = cameras
         self.reward_mode = reward_mode
+        self.split = split
         self.instruction_split = instruction_split
         self.control_freq = control_freq
         self.terminate_on_success = bool(terminate_on_success)
@@ -223,7 +223,12 @@ class VLAEnv(gym.Env):
         self.n_substeps = round(1 / (PHYSICS_TIMESTEP * control_freq))
         self.robot = Robot(self.model, self.data, control_mode=control_mode)
         self.table_geom = self.model.geom("table").id
+        self.visuals = VisualRandomizer(self.model)
+        #: free objects of the scene, in slot order (tasks fill this in `_setup_task`)
+        self.objects: list[FreeObject] = []
         self._setup_task()
+        if len(self.objects) > MAX_OBJECTS:
+            raise RuntimeError(f"{type(self).__name__} has {len(self.objects)} objects; the state holds {MAX_OBJECTS}")
 
         self.action_space = spaces.Box(-1.0, 1.0, (self.robot.action_dim,), np.float32)
         self.observation_space = self._make_observation_space()
@@ -234,6 +239,21 @@ class VLAEnv(gym.Env):
         self._sim_unstable = False
         # Views into data.warning, read after every step (cleared by mj_resetData).
         self._bad_warning_stats = [self.data.warning[w] for w in _BAD_WARNINGS]
+
+    def _unknown_kwarg_error(self, name: str) -> TypeError:
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        valid = sorted(
+            {
+                param
+                for cls in type(self).__mro__
+                if "__init__" in vars(cls)
+                for param, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
+                if param != "self" and p.kind in named
+            }
+        )
+        hint = difflib.get_close_matches(name, valid, n=1)
+        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        return TypeError(f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}")
 
     @classmethod
     def _check_reward_weights(cls, weights: dict[str, float] | None) -> dict[str, float]:
@@ -251,7 +271,7 @@ class VLAEnv(gym.Env):
         return {k: v / total for k, v in merged.items()}
 
     def _make_observation_space(self) -> spaces.Space:
-        state_dim = Robot.PROPRIO_DIM + self._task_state_dim()
+        state_dim = Robot.PROPRIO_DIM + TASK_STATE_DIM
         state = spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         if self.obs_mode == "state":
             return state
@@ -276,6 +296,7 @@ class VLAEnv(gym.Env):
         templates = self.templates[self.instruction_split]
         template = templates[rng.integers(len(templates))]
         self.instruction = template.format(**self.instruction_fields())
+        self.visuals.apply(rng, self.split)  # last, so layouts match across visual splits
         mujoco.mj_forward(self.model, self.data)
         self._sim_unstable = False
         evaluation = self.evaluate()
@@ -339,6 +360,27 @@ class VLAEnv(gym.Env):
     # ------------------------------------------------------------------ observations
     def _state_vector(self) -> np.ndarray:
         return np.concatenate([self.robot.proprio(), self._task_state()]).astype(np.float32)
+
+    def _task_state(self) -> np.ndarray:
+        """The same layout on every task, so one policy (or critic) reads them all:
+        target position (3) and quaternion (4), goal position (3), target minus
+        grasp site (3), goal minus target (3), task scalars (4), then per object
+        slot: position (3), quaternion (4), present flag (1)."""
+        out = np.zeros(TASK_STATE_DIM)
+        pos, quat = self.target_pose()
+        goal = self.goal_position()
+        out[0:3], out[3:7], out[7:10] = pos, quat, goal
+        out[10:13] = pos - self.data.site_xpos[self.robot.ee_site]
+        out[13:16] = goal - pos
+        scalars = self.task_scalars()
+        out[16 : 16 + len(scalars)] = scalars
+        qpos = self.data.qpos
+        for i, obj in enumerate(self.objects):
+            if obj.present:
+                start = 20 + 8 * i
+                out[start : start + 7] = qpos[obj.qpos_adr : obj.qpos_adr + 7]
+                out[start + 7] = 1.0
+        return out
 
     def _get_obs(self):
         if self.obs_mode == "state":
@@ -416,6 +458,18 @@ class VLAEnv(gym.Env):
         for pad in self.robot.pad_geoms:
             out.append(set(bodies[geoms[:, 0] == pad, 1].tolist()) | set(bodies[geoms[:, 1] == pad, 0].tolist()))
         return out[0], out[1]
+
+
+def _check_cameras(cameras: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
+    if not cameras:
+        raise ValueError(f"cameras must name at least one camera; valid choices: {list(CAMERAS)}")
+    for cam in cameras:
+        if cam not in CAMERAS:
+            raise _choice_error("camera", cam, CAMERAS)
+    if len(set(cameras)) != len(cameras):
+        raise ValueError(f"cameras has duplicates: {list(cameras)}")
+    return cameras
 
 
 def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:

@@ -1,4 +1,16 @@
-"""Scripted experts: privileged state in, actions in the env's own action space out."""
+"""Scripted experts: privileged state in, actions in the env's own action space out.
+
+Every expert is a small closed-loop state machine over pose targets for the
+grasp site; `ScriptedExpert.servo` turns a target into a normalised
+`ee_delta_pose` action with a proportional law, so experts need no model of
+the controller beyond its per-step maxima. Tasks expose what an expert needs
+through `env.expert_target()` (and `env.expert_goal()` for placing):
+
+    expert_target() -> {"pos": bottom-centre of the object (3,), "yaw": heading,
+                        "yaw_period": symmetry of the grasp (pi, pi/2, or None
+                        for round objects), "height": object height}
+    expert_goal()   -> {"pos": where the object's bottom should end up (3,)}
+"""
 
 from __future__ import annotations
 
@@ -14,18 +26,15 @@ def rot_z(yaw: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
-class PickExpert:
-    """Approach from above, descend, close, lift: a closed-loop state machine.
+def site_yaw(mat: np.ndarray) -> float:
+    """Yaw of a downward grasp-site orientation (the inverse of `rot_z(yaw) @ DOWN`)."""
+    return float(np.arctan2(-mat[1, 0], -mat[0, 0]))
 
-    The gripper turns so its fingers close across the cup, away from the
-    handle. Works in `ee_delta_pose` mode; the pose targets are turned into
-    normalised actions with a proportional law, so it needs no model of the
-    controller beyond the per-step maxima.
-    """
 
-    approach_height = 0.12  # above the grasp point
-    lift_height = 0.15
-    close_steps = 6
+class ScriptedExpert:
+    """Base class: phase bookkeeping and the servo law. Subclasses implement `act()`."""
+
+    first_phase = "start"
 
     def __init__(self, env):
         self.env = env.unwrapped
@@ -36,48 +45,133 @@ class PickExpert:
         self.reset()
 
     def reset(self) -> None:
-        self.phase = "approach"
+        self.phase = self.first_phase
         self.timer = 0
-        self.yaw = None
-
-    def _grasp_yaw(self, handle_yaw: float, current: np.ndarray) -> float:
-        # Fingers close along the site's y axis; with DOWN at yaw psi the site x
-        # axis is (-cos psi, -sin psi): aligning it with the handle keeps the
-        # pads off the handle. The gripper is symmetric, so psi mod pi.
-        cur_yaw = np.arctan2(-current[1, 0], -current[0, 0])
-        psi = handle_yaw + np.pi * np.round((cur_yaw - handle_yaw) / np.pi)
-        return float(psi)
+        self.yaw: float | None = None
 
     def __call__(self, obs=None) -> np.ndarray:
-        env = self.env
-        robot = env.robot
-        target = env.expert_target()
-        ee, ee_mat = robot.ee_pos, robot.ee_mat
-        if self.yaw is None:
-            self.yaw = self._grasp_yaw(target["handle_yaw"], ee_mat)
-        grasp = target["pos"] + (0.0, 0.0, 0.5 * target["height"])
-        above = grasp + (0.0, 0.0, self.approach_height)
-        gripper = -1.0
+        return self.act().astype(np.float32)
 
+    def act(self) -> np.ndarray:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ helpers
+    def go(self, phase: str) -> None:
+        self.phase, self.timer = phase, 0
+
+    @property
+    def ee(self) -> np.ndarray:
+        return self.env.robot.ee_pos
+
+    def near(self, goal: np.ndarray, tol: float, tol_z: float | None = None) -> bool:
+        """Grasp site within `tol` of `goal` horizontally and `tol_z` (default `tol`) vertically."""
+        d = self.ee - goal
+        return bool(np.hypot(d[0], d[1]) < tol and abs(d[2]) < (tol if tol_z is None else tol_z))
+
+    def grasp_yaw(self, yaw: float, period: float | None) -> float:
+        """The gripper yaw closest to the current one that is `yaw` modulo `period`."""
+        current = site_yaw(self.env.robot.ee_mat)
+        if period is None:
+            return current
+        return float(yaw + period * np.round((current - yaw) / period))
+
+    def servo(self, goal: np.ndarray, yaw: float, gripper: float, speed: float = 1.0) -> np.ndarray:
+        """Action that moves the grasp site toward `goal` at gripper yaw `yaw` (world frame)."""
+        robot = self.env.robot
+        dpos = (goal - robot.ee_pos) / robot.max_translation
+        norm = np.max(np.abs(dpos))
+        if norm > speed:
+            dpos *= speed / norm  # keep the direction when saturating
+        drot = orientation_error(rot_z(yaw) @ DOWN, robot.ee_mat) / robot.max_rotation
+        return np.concatenate([dpos, np.clip(drot, -1, 1), [gripper]])
+
+
+class PickExpert(ScriptedExpert):
+    """Approach from above, descend, close, lift.
+
+    The gripper turns so its fingers close across the object along a face (or,
+    for a cup, away from its handle).
+    """
+
+    first_phase = "approach"
+    approach_height = 0.12  # above the grasp point
+    lift_height = 0.15
+    close_steps = 6
+    grasp_fraction = 0.5  # grasp this far up the object
+
+    def pick(self) -> np.ndarray | None:
+        """Action for the picking phases, or None once the object is lifted."""
+        target = self.env.expert_target()
+        if self.yaw is None:
+            self.yaw = self.grasp_yaw(target["yaw"], target["yaw_period"])
+        grasp = target["pos"] + (0.0, 0.0, min(self.grasp_fraction * target["height"], 0.045))
+        above = grasp + (0.0, 0.0, self.approach_height)
         if self.phase == "approach":
-            goal = above
-            if np.linalg.norm((ee - above)[:2]) < 0.01 and abs(ee[2] - above[2]) < 0.03:
-                self.phase = "descend"
+            if self.near(above, 0.01, 0.03):
+                self.go("descend")
+            else:
+                return self.servo(above, self.yaw, -1.0)
         if self.phase == "descend":
-            goal = grasp
-            if np.linalg.norm(ee - grasp) < 0.008:
-                self.phase = "close"
+            if self.near(grasp, 0.008):
+                self.go("close")
+            else:
+                return self.servo(grasp, self.yaw, -1.0)
         if self.phase == "close":
-            goal = grasp
-            gripper = 1.0
             self.timer += 1
             if self.timer >= self.close_steps:
-                self.phase = "lift"
+                self.go("lift")
+            return self.servo(grasp, self.yaw, 1.0)
         if self.phase == "lift":
             goal = np.array([grasp[0], grasp[1], self.lift_height])
-            gripper = 1.0
+            if self.near(goal, 0.02, 0.02):
+                self.go("lifted")
+            else:
+                return self.servo(goal, self.yaw, 1.0)
+        return None
 
-        dpos = (goal - ee) / robot.max_translation
-        drot = orientation_error(rot_z(self.yaw) @ DOWN, ee_mat) / robot.max_rotation
-        action = np.concatenate([np.clip(dpos, -1, 1), np.clip(drot, -1, 1), [gripper]])
-        return action.astype(np.float32)
+    def act(self) -> np.ndarray:
+        action = self.pick()
+        if action is None:  # hold the object up
+            target = self.env.expert_target()
+            goal = np.array([target["pos"][0], target["pos"][1], self.lift_height])
+            action = self.servo(goal, self.yaw, 1.0)
+        return action
+
+
+class PickPlaceExpert(PickExpert):
+    """Pick, carry above `expert_goal()["pos"]`, lower, release, retreat upward."""
+
+    carry_height = 0.16
+    release_clearance = 0.015  # object bottom this far above the goal when released
+    open_steps = 5
+
+    def act(self) -> np.ndarray:
+        action = self.pick()
+        if action is not None:
+            return action
+        target, goal = self.env.expert_target(), self.env.expert_goal()["pos"]
+        # Offset from the object's bottom to the grasp site, measured now that it is held.
+        offset = self.ee - target["pos"]
+        if self.phase == "lifted":
+            self.go("carry")
+        if self.phase == "carry":
+            above = goal + offset + (0.0, 0.0, self.carry_height - goal[2])
+            above[2] = max(above[2], self.carry_height)
+            if self.near(above, 0.012, 0.03):
+                self.go("lower")
+            else:
+                return self.servo(above, self.yaw, 1.0)
+        if self.phase == "lower":
+            release = goal + offset + (0.0, 0.0, self.release_clearance)
+            if self.near(release, 0.01, 0.008):
+                self.go("release")
+            else:
+                return self.servo(release, self.yaw, 1.0, speed=0.6)
+        if self.phase == "release":
+            self.timer += 1
+            if self.timer >= self.open_steps:
+                self.go("retreat")
+            return self.servo(self.ee, self.yaw, -1.0)
+        up = self.ee.copy()
+        up[2] = self.carry_height
+        return self.servo(up, self.yaw, -1.0)

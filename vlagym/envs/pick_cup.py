@@ -8,13 +8,14 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import PickExpert
-from vlagym.envs.objects import COLORS, CUP_HEIGHT, CUP_RADIUS, cup_xml, sample_layout
+from vlagym.envs.objects import OBJECT_XML, FreeObject, sample_colors, sample_layout
 
-MAX_CUPS = 3
 LIFT_HEIGHT = 0.05  # success: cup bottom this far above the table, while held
-WORKSPACE = ((-0.12, 0.08), (-0.2, 0.2))  # x and y ranges of cup centres
-MIN_SPACING = 0.13  # between cup centres, so open fingers never hit a neighbour
-PARK = np.array([1.5, 1.5, -0.75])  # unused cups rest on the floor, out of view
+WORKSPACE = ((-0.12, 0.08), (-0.2, 0.2))  # x and y ranges of object centres
+MIN_SPACING = 0.13  # between object centres, so open fingers never hit a neighbour
+DISTRACTOR_SPACING = 0.12  # the crowded `distractors` split
+SLOTS = (("cup0", "cup"), ("cup1", "cup"), ("cup2", "cup"), ("block0", "block"), ("can0", "can"))
+DISTRACTORS = {"train": (0, 2), "distractors": (3, 4)}  # other objects besides the target
 
 
 class PickCupEnv(VLAEnv):
@@ -25,14 +26,17 @@ class PickCupEnv(VLAEnv):
         instruction names one of them. Lift that cup off the table.
 
     Randomisations:
-        Number of cups (1-3), their colours (distinct, from the palette),
-        positions (x in [-0.12, 0.08], y in [-0.2, 0.2], at least 13 cm
-        apart), yaw (uniform), which cup is the target, the instruction
-        template, and the arm's start posture (±0.03 rad per joint).
+        Number of cups (1-3), their colours (distinct; never a cup's held-out
+        colour outside `unseen_combo`), positions (x in [-0.12, 0.08], y in
+        [-0.2, 0.2], at least 13 cm apart), yaw (uniform), which cup is the
+        target, the instruction template, the arm's start posture (±0.03 rad
+        per joint), lighting and camera poses (`vlagym.envs.splits`). Split
+        `distractors`: three cups plus a block and/or a can (3-4 distractors,
+        12 cm apart).
 
     Success:
         The target cup's bottom is at least 5 cm above the table and both
-        finger pads touch it. Lifting any other cup is not success.
+        finger pads touch it. Lifting any other object is not success.
 
     Instructions:
         "pick up the {color} cup" and paraphrases; the `heldout` split uses a
@@ -40,6 +44,8 @@ class PickCupEnv(VLAEnv):
     """
 
     description = "Pick up the cup of the named colour among up to three cups."
+    family = "pick"
+    distractor_counts = DISTRACTORS
     templates: ClassVar[dict[str, tuple[str, ...]]] = {
         "train": (
             "pick up the {color} cup",
@@ -61,75 +67,47 @@ class PickCupEnv(VLAEnv):
 
     # ------------------------------------------------------------------ scene
     def _objects_xml(self) -> str:
-        return "\n".join(cup_xml(f"cup{i}", PARK + [0.2 * i, 0, 0]) for i in range(MAX_CUPS))
+        return "\n".join(OBJECT_XML[kind](name, (0, 0, -1)) for name, kind in SLOTS)
 
     def _setup_task(self) -> None:
-        m = self.model
-        self.cup_bodies = np.array([m.body(f"cup{i}").id for i in range(MAX_CUPS)])
-        self.cup_qpos_adr = np.array([m.jnt_qposadr[m.joint(f"cup{i}").id] for i in range(MAX_CUPS)])
-        self.cup_dof_adr = np.array([m.jnt_dofadr[m.joint(f"cup{i}").id] for i in range(MAX_CUPS)])
-        self.cup_color_geoms = [
-            [g for g in range(m.ngeom) if m.geom_bodyid[g] == b and m.geom(g).name.endswith(("body", "handle"))]
-            for b in self.cup_bodies
-        ]
-        self.num_cups = 1
-        self.target = 0
-        self.colors: list[str] = []
+        self.objects = [FreeObject(self.model, name, kind, i) for i, (name, kind) in enumerate(SLOTS)]
+        self.target = self.objects[0]
 
     # ------------------------------------------------------------------ reset
     def _initialize_episode(self, rng: np.random.Generator) -> None:
-        self.num_cups = int(rng.integers(1, MAX_CUPS + 1))
-        self.colors = [str(c) for c in rng.choice(list(COLORS), size=self.num_cups, replace=False)]
-        xy, yaw = sample_layout(rng, self.num_cups, WORKSPACE, MIN_SPACING)
-        self.target = int(rng.integers(self.num_cups))
-        qpos = self.data.qpos
-        for i in range(MAX_CUPS):
-            adr = self.cup_qpos_adr[i]
-            if i < self.num_cups:
-                qpos[adr : adr + 3] = (xy[i, 0], xy[i, 1], 0.0)
-                qpos[adr + 3 : adr + 7] = (np.cos(yaw[i] / 2), 0.0, 0.0, np.sin(yaw[i] / 2))
-                rgba = COLORS[self.colors[i]]
-            else:
-                qpos[adr : adr + 3] = PARK + [0.2 * i, 0, 0]
-                qpos[adr + 3 : adr + 7] = (1.0, 0.0, 0.0, 0.0)
-                rgba = (0.5, 0.5, 0.5, 1.0)
-            for g in self.cup_color_geoms[i]:
-                self.model.geom_rgba[g] = rgba
+        if self.split == "distractors":
+            n_other = int(rng.integers(DISTRACTORS["distractors"][0], DISTRACTORS["distractors"][1] + 1))
+            chosen = self.objects[:3] + ([self.objects[3], self.objects[4]] if n_other == 4 else [self.objects[3]])
+            spacing = DISTRACTOR_SPACING
+        else:
+            n_cups = int(rng.integers(1, 4))
+            chosen, spacing = self.objects[:n_cups], MIN_SPACING
+        cups = [o for o in chosen if o.kind == "cup"]
+        target_index = int(rng.integers(len(cups)))
+        colors = sample_colors(rng, [o.kind for o in chosen], self.split == "unseen_combo", target_index)
+        xy, yaw = sample_layout(rng, len(chosen), WORKSPACE, spacing)
+        for obj in self.objects:
+            obj.park(self.model, self.data)
+        for i, obj in enumerate(chosen):
+            obj.place(self.model, self.data, xy[i, 0], xy[i, 1], yaw[i], colors[i])
+        self.target = cups[target_index]
 
     def instruction_fields(self) -> dict[str, str]:
-        return {"color": self.colors[self.target]}
+        return {"color": self.target.color}
 
     # ------------------------------------------------------------------ observations
-    def _task_state_dim(self) -> int:
-        return 6 + 9 * MAX_CUPS
-
-    def _task_state(self) -> np.ndarray:
-        """Target cup position and its offset from the grasp site, then per cup
-        slot: position, quaternion, present flag, target flag."""
-        qpos = self.data.qpos
-        target_pos = qpos[self.cup_qpos_adr[self.target] : self.cup_qpos_adr[self.target] + 3]
-        parts = [target_pos, target_pos - self.data.site_xpos[self.robot.ee_site]]
-        for i in range(MAX_CUPS):
-            present = i < self.num_cups
-            adr = self.cup_qpos_adr[i]
-            pose = qpos[adr : adr + 7] if present else np.zeros(7)
-            parts.append(pose)
-            parts.append((float(present), float(i == self.target)))
-        return np.concatenate(parts)
+    def target_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.target.pos(self.data), self.target.quat(self.data)
 
     # ------------------------------------------------------------------ success and reward
-    def target_pos(self) -> np.ndarray:
-        adr = self.cup_qpos_adr[self.target]
-        return self.data.qpos[adr : adr + 3].copy()
-
     def evaluate(self) -> dict[str, Any]:
-        pos = self.target_pos()
-        grasp_point = pos + (0.0, 0.0, 0.5 * CUP_HEIGHT)
+        pos = self.target.pos(self.data)
+        grasp_point = pos + (0.0, 0.0, 0.5 * self.target.height)
         height = pos[2]
         left, right = self.pad_contacts()
         held = left & right
-        grasped = int(self.cup_bodies[self.target]) in held
-        wrong = any(int(self.cup_bodies[i]) in held for i in range(self.num_cups) if i != self.target)
+        grasped = self.target.body in held
+        wrong = any(o.body in held for o in self.objects if o.present and o is not self.target)
         return {
             "success": grasped and height >= LIFT_HEIGHT,
             "grasped": grasped,
@@ -150,10 +128,10 @@ class PickCupEnv(VLAEnv):
     # ------------------------------------------------------------------ expert support
     def expert_target(self) -> dict[str, Any]:
         """Privileged facts the scripted expert acts on."""
-        xmat = self.data.xmat[self.cup_bodies[self.target]]  # the handle points along the body's x axis
+        # A cup is grasped with the fingers closing across it, the handle between them.
         return {
-            "pos": self.target_pos(),
-            "handle_yaw": float(np.arctan2(xmat[3], xmat[0])),
-            "radius": CUP_RADIUS,
-            "height": CUP_HEIGHT,
+            "pos": self.target.pos(self.data),
+            "yaw": self.target.yaw(self.data),
+            "yaw_period": np.pi,
+            "height": self.target.height,
         }
