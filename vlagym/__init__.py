@@ -21,8 +21,15 @@ register_envs()
 
 
 def make_expert(env):
-    """The scripted expert of `env`'s task: an object with `reset()` and `__call__(obs) -> action`."""
+    """The scripted expert of `env`'s task: an object with `reset()` and `__call__(obs) -> action`.
+
+    Call `expert.reset()` after every `env.reset()`.
+    """
+    from vlagym.envs.multitask import MultiTaskEnv, MultiTaskExpert
+
     base = env.unwrapped
+    if isinstance(base, MultiTaskEnv):
+        return MultiTaskExpert(env)
     if not isinstance(base, VLAEnv) or base.expert_cls is None:
         raise ValueError(f"{type(base).__name__} has no scripted expert; vlagym tasks: {sorted(TASKS)}")
     return base.expert_cls(env)

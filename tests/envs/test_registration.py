@@ -13,6 +13,7 @@ import pytest
 from gymnasium.envs.registration import EnvSpec
 
 import vlagym
+from vlagym.envs.multitask import MultiTaskEnv
 
 ENV_IDS = sorted(vlagym.TASKS)
 
@@ -32,7 +33,7 @@ def test_register_envs_is_idempotent():
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_make_after_import(env_id, make_env):
     env = make_env(env_id)
-    assert isinstance(env.unwrapped, vlagym.VLAEnv)
+    assert isinstance(env.unwrapped, (vlagym.VLAEnv, MultiTaskEnv))
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs)
 

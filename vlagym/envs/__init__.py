@@ -12,6 +12,11 @@ TASKS: dict[str, tuple[str, int]] = {
 }
 
 
+# The multi-task env runs each task inside that task's own TimeLimit; its own
+# limit is the longest of them, so it never cuts a task short.
+TASKS["VLA-MultiTask-v0"] = ("vlagym.envs.multitask:MultiTaskEnv", max(steps for _, steps in TASKS.values()))
+
+
 def register_envs() -> None:
     """Register every vlagym task with Gymnasium (idempotent)."""
     for env_id, (entry_point, max_steps) in TASKS.items():
