@@ -25,6 +25,8 @@ import gymnasium as gym
 
 import vlagym
 from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS
+from vlagym.envs.catalog import task_rows
+from vlagym.envs.splits import SPLITS
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +48,6 @@ def check_task(task: str) -> str:
         did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise UserError(f"unknown task {task!r}{did_you_mean}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
     return env_id
-
-
-def task_class(env_id: str) -> type:
-    """The env class registered for `env_id`, resolved from its entry point without building an env."""
-    entry_point = gym.spec(env_id).entry_point
-    if isinstance(entry_point, str):
-        return gym.envs.registration.load_env_creator(entry_point)
-    return entry_point
 
 
 def _choice(name: str, value: Any, choices: Sequence[str]) -> None:
@@ -79,37 +73,12 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 # ---------------------------------------------------------------------------- vlagym list
-class _ExampleFields(dict):
-    """Template fields for an example instruction; fields we have no example for stay as `{name}`."""
-
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
 @dataclass
 class ListConfig:
     """Options of `vlagym list`."""
 
     markdown: bool = False
     """print a Markdown table instead of aligned plain text"""
-
-
-def task_rows() -> list[dict[str, str]]:
-    """One row per registered vlagym task: id, max steps, description, example instruction."""
-    rows = []
-    for env_id in sorted(vlagym.TASKS):
-        cls = task_class(env_id)
-        doc_line = (cls.__doc__ or "").strip().split("\n", 1)[0]
-        train = getattr(cls, "templates", {}).get("train", ())
-        rows.append(
-            {
-                "id": env_id,
-                "steps": str(gym.spec(env_id).max_episode_steps),
-                "description": getattr(cls, "description", "") or doc_line,
-                "example instruction": train[0].format_map(_ExampleFields(color="red")) if train else "",
-            }
-        )
-    return rows
 
 
 def format_table(rows: list[dict[str, str]], markdown: bool = False) -> str:
@@ -151,8 +120,10 @@ class VideoConfig:
     """frame height and width in pixels (even: H.264 needs it)"""
     fps: int = 20
     """frames per second of the video; 20 = real time at the default control rate"""
-    instruction_split: str = "train"
-    """instruction paraphrase set the episodes sample from"""
+    split: str = "train"
+    """generalization split the episodes come from (see the README's split table)"""
+    instruction_split: str | None = None
+    """instruction paraphrase set; by default the one the split implies"""
     hold: int = 10
     """frames the last image of each episode is repeated, so its outcome is visible"""
 
@@ -173,7 +144,11 @@ class VideoConfig:
         if self.hold < 0:
             raise UserError(f"--hold must be non-negative, got {self.hold}")
         _choice("--camera", self.camera, CAMERAS)
-        _choice("--instruction-split", self.instruction_split, INSTRUCTION_SPLITS)
+        _choice("--split", self.split, SPLITS)
+        if self.instruction_split is not None:
+            _choice("--instruction-split", self.instruction_split, INSTRUCTION_SPLITS)
+            if self.split == "heldout_paraphrase" and self.instruction_split != "heldout":
+                raise UserError("--split heldout_paraphrase uses the heldout templates; drop --instruction-split")
 
 
 def _record_episode(env: gym.Env, expert, seed: int, camera: str, writer, hold: int) -> dict[str, Any]:
@@ -219,6 +194,7 @@ def run_video(cfg: VideoConfig) -> int:
         obs_mode="rgb",
         cameras=(cfg.camera,),
         image_size=cfg.size,
+        split=cfg.split,
         instruction_split=cfg.instruction_split,
     )
     episodes: list[dict[str, Any]] = []
@@ -283,10 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--camera", default=d["camera"].default, help=f"one of {list(CAMERAS)} (default: %(default)s)")
     p.add_argument("--size", type=int, default=d["size"].default, help="frame side in pixels (default: %(default)s)")
     p.add_argument("--fps", type=int, default=d["fps"].default, help="video frame rate (default: %(default)s)")
+    p.add_argument("--split", default=d["split"].default, help=f"one of {list(SPLITS)} (default: %(default)s)")
     p.add_argument(
         "--instruction-split",
         default=d["instruction_split"].default,
-        help=f"one of {list(INSTRUCTION_SPLITS)} (default: %(default)s)",
+        help=f"one of {list(INSTRUCTION_SPLITS)} (default: the split's own)",
     )
     p.add_argument(
         "--hold", type=int, default=d["hold"].default, help="frames to hold each episode's end (default: %(default)s)"
@@ -305,6 +282,7 @@ def _config_from_args(args: argparse.Namespace) -> ListConfig | VideoConfig:
         camera=args.camera,
         size=args.size,
         fps=args.fps,
+        split=args.split,
         instruction_split=args.instruction_split,
         hold=args.hold,
     )

@@ -148,6 +148,11 @@ class VLAEnv(gym.Env):
         """Where the target should end up (a plate, a zone, ...); the target's own position if none."""
         return self.target_pose()[0]
 
+    def num_distractors(self) -> int:
+        """Movable objects in the scene besides the target (what the `distractors` split raises)."""
+        target = getattr(self, "target", None)
+        return sum(o.present and o is not target for o in self.objects)
+
     def task_scalars(self) -> np.ndarray:
         """Up to `N_TASK_SCALARS` task-specific numbers for the state (drawer opening, ...)."""
         return np.zeros(N_TASK_SCALARS)

@@ -29,7 +29,7 @@ HELDOUT_COLOR: dict[str, str] = {
     "cup": "purple",
     "block": "orange",
     "can": "green",
-    "ball": "blue",
+    "button": "yellow",
 }
 
 

@@ -1,0 +1,44 @@
+"""The `vlagym` command line: list, video, and clean errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import imageio.v3 as iio
+import pytest
+
+import vlagym
+from vlagym.cli import main
+
+
+def test_list_names_every_task(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for env_id in vlagym.TASKS:
+        assert env_id in out
+    assert "FAMILY" in out and "EXAMPLE INSTRUCTION" in out
+
+
+def test_video_writes_an_mp4_and_its_config(tmp_path):
+    out = tmp_path / "pick.mp4"
+    assert main(["video", "VLA-PickCup-v0", "--episodes", "1", "--size", "32", "--hold", "2", "--out", str(out)]) == 0
+    frames = iio.imread(out)
+    config = json.loads(out.with_name(out.name + ".json").read_text())
+    assert frames.ndim == 4 and frames.shape[1:] == (32, 32, 3)
+    assert len(frames) == config["frames"] == config["episodes"][0]["steps"] + 1 + 2
+    assert config["config"]["task"] == "VLA-PickCup-v0" and config["successes"] == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["video", "VLA-PickCap-v0"],
+        ["video", "VLA-PickCup-v0", "--split", "bogus"],
+        ["video", "VLA-PickCup-v0", "--size", "31"],
+        ["video", "VLA-PickCup-v0", "--out", "x.avi"],
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
