@@ -1,8 +1,8 @@
 """Speed of the vlagym environments, measured side by side in one run.
 
-    python bench/bench_env.py [--task VLA-PickCup-v0] [--steps 2000] [--json out.json]
+    python bench/bench_env.py [--tasks ID ...] [--steps 2000] [--json out.json]
 
-Rows:
+Rows, one per task:
   * state steps/s through `gym.make` beside the raw `mujoco.mj_step` rate of the
     same model replaying the very same controls from the same states, and the
     ratio between them (the env's own overhead);
@@ -131,68 +131,79 @@ def render_cost(env: gym.Env, size: int, repeats: int, **changes) -> float:
         m.vis.global_.offwidth, m.vis.global_.offheight = saved["offwidth"], saved["offheight"]
 
 
+def bench_task(task: str, steps: int) -> dict:
+    """State and rgb rates, the physics limit and reset time of one task."""
+    env = gym.make(task, obs_mode="state")
+    step_s, episodes, reset_s = rollout_with_log(env, steps, seed=0)
+    raw_s = raw_physics_time(env, episodes)
+    env.close()
+    rgb = gym.make(task, obs_mode="rgb", image_size=128, cameras=("front", "wrist"))
+    rgb_steps = max(steps // 4, 100)
+    rgb_step_s, _, rgb_reset_s = rollout_with_log(rgb, rgb_steps, seed=0)
+    rgb.close()
+    return {
+        "state_steps_per_s": steps / step_s,
+        "raw_physics_steps_per_s": steps / raw_s,
+        "env_over_physics": step_s / raw_s,
+        "rgb_steps_per_s": rgb_steps / rgb_step_s,
+        "reset_ms_state": reset_s * 1e3,
+        "reset_ms_rgb": rgb_reset_s * 1e3,
+    }
+
+
+ABLATION = {
+    "vlagym scene settings": {},
+    "+ 4x multisampling": {"offsamples": 4},
+    "+ 4096^2 shadow map, shadows on": {"shadowsize": 4096, "castshadow": True},
+    "+ default tessellation (28x16)": {"numslices": 28, "numstacks": 16},
+    "+ 640x480-sized offscreen buffer": {"buffer": 640},
+    "MuJoCo defaults, all of the above": {
+        "offsamples": 4,
+        "shadowsize": 4096,
+        "castshadow": True,
+        "numslices": 28,
+        "numstacks": 16,
+        "buffer": 640,
+    },
+}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="VLA-PickCup-v0")
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--tasks", nargs="*", default=None, help="task ids (default: every single task)")
+    parser.add_argument("--steps", type=int, default=2000, help="state-mode steps per task (rgb: a quarter)")
     parser.add_argument("--render-repeats", type=int, default=200)
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
+    tasks = args.tasks or sorted(t for t in vlagym.TASKS if t != "VLA-MultiTask-v0")
 
     pinned = pin_to_one_core()
     results: dict = {
-        "task": args.task,
         "machine": {"python": platform.python_version(), "mujoco": mujoco.__version__, "cpu": platform.processor()},
         "pinning": pinned,
+        "tasks": {task: bench_task(task, args.steps) for task in tasks},
     }
-
-    env = gym.make(args.task, obs_mode="state")
-    step_s, episodes, reset_s = rollout_with_log(env, args.steps, seed=0)
-    raw_s = raw_physics_time(env, episodes)
-    results["state_steps_per_s"] = args.steps / step_s
-    results["raw_physics_steps_per_s"] = args.steps / raw_s
-    results["env_over_physics"] = step_s / raw_s
-    results["reset_ms_state"] = reset_s * 1e3
-
-    rgb = gym.make(args.task, obs_mode="rgb", image_size=128, cameras=("front", "wrist"))
-    rgb_steps = max(args.steps // 4, 100)
-    rgb_step_s, _, rgb_reset_s = rollout_with_log(rgb, rgb_steps, seed=0)
-    results["rgb_steps_per_s"] = rgb_steps / rgb_step_s
-    results["reset_ms_rgb"] = rgb_reset_s * 1e3
-
+    rgb = gym.make(tasks[0], obs_mode="rgb", image_size=128, cameras=("front", "wrist"))
+    rgb.reset(seed=0)
     n = args.render_repeats
-    ablation = {
-        "vlagym scene settings": {},
-        "+ 4x multisampling": {"offsamples": 4},
-        "+ 4096^2 shadow map, shadows on": {"shadowsize": 4096, "castshadow": True},
-        "+ default tessellation (28x16)": {"numslices": 28, "numstacks": 16},
-        "+ 640x480-sized offscreen buffer": {"buffer": 640},
-        "MuJoCo defaults, all of the above": {
-            "offsamples": 4,
-            "shadowsize": 4096,
-            "castshadow": True,
-            "numslices": 28,
-            "numstacks": 16,
-            "buffer": 640,
-        },
-    }
-    results["render_us_per_image_128"] = {name: render_cost(rgb, 128, n, **ch) for name, ch in ablation.items()}
-    env.close()
+    results["render_us_per_image_128"] = {name: render_cost(rgb, 128, n, **ch) for name, ch in ABLATION.items()}
     rgb.close()
 
+    print(f"vlagym env benchmark, MuJoCo {mujoco.__version__}, {pinned}")
+    print()
+    print("| task | state steps/s | raw mj_step steps/s | env / physics time | rgb steps/s | reset ms (state / rgb) |")
+    print("|---|---|---|---|---|---|")
+    for task, r in results["tasks"].items():
+        print(
+            f"| {task} | {r['state_steps_per_s']:.0f} | {r['raw_physics_steps_per_s']:.0f} | "
+            f"{r['env_over_physics']:.3f} | {r['rgb_steps_per_s']:.0f} | "
+            f"{r['reset_ms_state']:.2f} / {r['reset_ms_rgb']:.2f} |"
+        )
+    print()
+    print("rgb: front + wrist cameras at 128x128. raw mj_step: the same substeps, controls and start states.")
+    print()
     base = results["render_us_per_image_128"]["vlagym scene settings"]
-    print(f"vlagym env benchmark: {args.task}, MuJoCo {mujoco.__version__}, {pinned}")
-    print()
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| state env steps/s (gym.make, random actions) | {results['state_steps_per_s']:.0f} |")
-    print(f"| raw mj_step rate, same substeps and controls (steps/s) | {results['raw_physics_steps_per_s']:.0f} |")
-    print(f"| env time / physics time | {results['env_over_physics']:.3f} |")
-    print(f"| rgb env steps/s (front + wrist, 128x128, one core) | {results['rgb_steps_per_s']:.0f} |")
-    print(f"| reset, state mode (ms) | {results['reset_ms_state']:.2f} |")
-    print(f"| reset, rgb mode (ms) | {results['reset_ms_rgb']:.2f} |")
-    print()
-    print("| render setting (one 128x128 image) | us | x vlagym |")
+    print(f"| render setting (one 128x128 image, {tasks[0]}) | us | x vlagym |")
     print("|---|---|---|")
     for name, us in results["render_us_per_image_128"].items():
         print(f"| {name} | {us:.0f} | {us / base:.1f} |")

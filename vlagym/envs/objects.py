@@ -139,6 +139,9 @@ class FreeObject:
             g for g in range(model.ngeom) if model.geom_bodyid[g] == self.body and model.geom_contype[g]
         ]
         self.park_pos = PARK + (0.2 * park_index, 0.0, 0.0)
+        self._geoms = np.flatnonzero(model.geom_bodyid == self.body)
+        self._contype = model.geom_contype[self._geoms].copy()
+        self._conaffinity = model.geom_conaffinity[self._geoms].copy()
         self.height = KIND_HEIGHT[kind]
         self.present = False
         self.color = ""
@@ -150,6 +153,9 @@ class FreeObject:
         data.qvel[self.dof_adr : self.dof_adr + 6] = 0.0
         for g in self.color_geoms:
             model.geom_rgba[g] = COLORS[color]
+        model.geom_contype[self._geoms] = self._contype
+        model.geom_conaffinity[self._geoms] = self._conaffinity
+        model.body_gravcomp[self.body] = 0.0
         self.present, self.color = True, color
 
     def park(self, model, data) -> None:
@@ -159,6 +165,11 @@ class FreeObject:
         data.qvel[self.dof_adr : self.dof_adr + 6] = 0.0
         for g in self.color_geoms:
             model.geom_rgba[g] = (0.5, 0.5, 0.5, 1.0)
+        # A parked object floats, weightless and without contacts, out of view:
+        # it costs the solver nothing, whatever the task leaves unused.
+        model.geom_contype[self._geoms] = 0
+        model.geom_conaffinity[self._geoms] = 0
+        model.body_gravcomp[self.body] = 1.0
         self.present, self.color = False, ""
 
     def pos(self, data) -> np.ndarray:
