@@ -1,0 +1,1 @@
+"""Success-rate evaluation."""
