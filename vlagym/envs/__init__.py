@@ -9,6 +9,10 @@ from vlagym.envs.base import VLAEnv
 #: id -> (entry point, max_episode_steps)
 TASKS: dict[str, tuple[str, int]] = {
     "VLA-PickCup-v0": ("vlagym.envs.pick_cup:PickCupEnv", 100),
+    "VLA-PickObject-v0": ("vlagym.envs.pick_object:PickObjectEnv", 100),
+    "VLA-PlaceCupOnPlate-v0": ("vlagym.envs.place_cup:PlaceCupOnPlateEnv", 150),
+    "VLA-PlaceCupInBowl-v0": ("vlagym.envs.place_cup:PlaceCupInBowlEnv", 150),
+    "VLA-PushCube-v0": ("vlagym.envs.push_cube:PushCubeEnv", 150),
 }
 
 
