@@ -13,6 +13,7 @@ TASKS: dict[str, tuple[str, int]] = {
     "VLA-PlaceCupOnPlate-v0": ("vlagym.envs.place_cup:PlaceCupOnPlateEnv", 150),
     "VLA-PlaceCupInBowl-v0": ("vlagym.envs.place_cup:PlaceCupInBowlEnv", 150),
     "VLA-PushCube-v0": ("vlagym.envs.push_cube:PushCubeEnv", 150),
+    "VLA-StackBlocks-v0": ("vlagym.envs.stack_blocks:StackBlocksEnv", 150),
 }
 
 
