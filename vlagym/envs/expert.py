@@ -98,13 +98,17 @@ class PickExpert(ScriptedExpert):
     lift_height = 0.15
     close_steps = 6
     grasp_fraction = 0.5  # grasp this far up the object
+    min_grasp_height = 0.037  # grasp site above the object's base: the pads reach 3.5 cm below it
 
     def pick(self) -> np.ndarray | None:
         """Action for the picking phases, or None once the object is lifted."""
         target = self.env.expert_target()
         if self.yaw is None:
             self.yaw = self.grasp_yaw(target["yaw"], target["yaw_period"])
-        grasp = target["pos"] + (0.0, 0.0, min(self.grasp_fraction * target["height"], 0.045))
+        # Half-way up, but high enough that the 7 cm pads clear the table (short
+        # blocks) and low enough to stay below a cup's rim.
+        grasp_z = float(np.clip(self.grasp_fraction * target["height"], self.min_grasp_height, 0.045))
+        grasp = target["pos"] + (0.0, 0.0, grasp_z)
         above = grasp + (0.0, 0.0, self.approach_height)
         if self.phase == "approach":
             if self.near(above, 0.01, 0.03):
