@@ -14,6 +14,7 @@ TASKS: dict[str, tuple[str, int]] = {
     "VLA-PlaceCupInBowl-v0": ("vlagym.envs.place_cup:PlaceCupInBowlEnv", 150),
     "VLA-PushCube-v0": ("vlagym.envs.push_cube:PushCubeEnv", 150),
     "VLA-StackBlocks-v0": ("vlagym.envs.stack_blocks:StackBlocksEnv", 150),
+    "VLA-PressButton-v0": ("vlagym.envs.press_button:PressButtonEnv", 80),
 }
 
 
