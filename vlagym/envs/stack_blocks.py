@@ -158,10 +158,6 @@ class StackExpert(PickPlaceExpert):
     every 90 degrees), so the stack ends face-aligned.
     """
 
-    # The fingertips reach 3 cm below the grasp site: grasping a 4.4 cm block at
-    # mid-height (PickExpert's default) would drive them into the table.
-    grasp_fraction = 0.78
-
     def reset(self) -> None:
         super().reset()
         self.turned = False
