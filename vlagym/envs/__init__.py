@@ -15,6 +15,9 @@ TASKS: dict[str, tuple[str, int]] = {
     "VLA-PushCube-v0": ("vlagym.envs.push_cube:PushCubeEnv", 150),
     "VLA-StackBlocks-v0": ("vlagym.envs.stack_blocks:StackBlocksEnv", 150),
     "VLA-PressButton-v0": ("vlagym.envs.press_button:PressButtonEnv", 80),
+    "VLA-OpenDrawer-v0": ("vlagym.envs.drawer:OpenDrawerEnv", 120),
+    "VLA-CloseDrawer-v0": ("vlagym.envs.drawer:CloseDrawerEnv", 120),
+    "VLA-PutCupInDrawer-v0": ("vlagym.envs.drawer:PutCupInDrawerEnv", 250),
 }
 
 
