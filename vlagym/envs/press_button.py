@@ -8,10 +8,10 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import ScriptedExpert
-from vlagym.envs.objects import COLORS, sample_layout
+from vlagym.envs.objects import COLORS, sample_colors, sample_layout
+from vlagym.envs.splits import HELDOUT_COLOR
 
-#: the colour buttons show only in `unseen_combo` (splits.HELDOUT_COLOR has no "button" entry)
-HELDOUT_BUTTON_COLOR = "yellow"
+HELDOUT_BUTTON_COLOR = HELDOUT_COLOR["button"]  # shown on a button only in `unseen_combo`
 N_BUTTONS = 4
 BASE_RADIUS, BASE_HEIGHT = 0.035, 0.03  # the fixed housing each button sits on
 CAP_RADIUS, CAP_HALF = 0.022, 0.01  # the coloured cap that moves
@@ -49,18 +49,6 @@ def button_xml(i: int) -> str:
               mass="0.02" class="object" contype="1" conaffinity="0"/>
       </body>
     </body>"""
-
-
-def sample_button_colors(rng: np.random.Generator, n: int, unseen_target: bool, target: int) -> list[str]:
-    """Distinct colours; the held-out one goes to the target under `unseen_target` and to nobody otherwise."""
-    colors = [""] * n
-    if unseen_target:
-        colors[target] = HELDOUT_BUTTON_COLOR
-    for i in range(n):
-        if not colors[i]:
-            allowed = [c for c in COLORS if c != HELDOUT_BUTTON_COLOR and c not in colors]
-            colors[i] = str(allowed[rng.integers(len(allowed))])
-    return colors
 
 
 class PressButtonEnv(VLAEnv):
@@ -128,7 +116,7 @@ class PressButtonEnv(VLAEnv):
         lo, hi = BUTTONS["distractors" if self.split == "distractors" else "train"]
         n = int(rng.integers(lo, hi + 1))
         target = int(rng.integers(n))
-        self.colors = sample_button_colors(rng, n, self.split == "unseen_combo", target)
+        self.colors = sample_colors(rng, ["button"] * n, self.split == "unseen_combo", target)
         xy, _ = sample_layout(rng, n, WORKSPACE, SPACING)
         for i, body in enumerate(self.button_bodies):
             if i < n:
