@@ -142,6 +142,9 @@ class PressButtonEnv(VLAEnv):
         top[2] += self.data.qpos[self.button_qpos[i]]
         return top
 
+    def num_distractors(self) -> int:
+        return len(self.colors) - 1  # the other buttons
+
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:
         return self.cap_top(self.target_index), np.array([1.0, 0.0, 0.0, 0.0])
 
