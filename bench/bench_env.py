@@ -22,6 +22,7 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is imported: it picks its GL backend then
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -44,52 +45,57 @@ def pin_to_one_core() -> str:
 def rollout_with_log(env: gym.Env, steps: int, seed: int) -> tuple[float, list, float]:
     """Random actions for `steps` env steps (resetting at episode end).
 
-    Returns step seconds (resets excluded), per-episode (initial state, controls), reset seconds per call.
+    Returns step seconds (resets excluded); per episode the model as that
+    episode had it (tasks move fixtures and switch parked objects' contacts per
+    episode), its start state, the controls and the final qpos; and seconds per reset.
     """
     rng = np.random.default_rng(seed)
     actions = rng.uniform(-1, 1, size=(steps, 7)).astype(np.float32)
     u = env.unwrapped
-    size = mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION)
-    episodes, step_time, reset_time, n_resets = [], 0.0, 0.0, 0
     env.reset(seed=seed)  # warm-up: the first reset creates the renderer
-    t = time.perf_counter()
-    env.reset(seed=seed)
-    reset_time += time.perf_counter() - t
-    n_resets += 1
-    state = np.empty(size)
-    mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-    ctrls: list[np.ndarray] = []
-    episodes.append((state.copy(), ctrls))
+    episodes: list[dict] = []
+    step_time = reset_time = 0.0
+
+    def start_episode(episode_seed: int) -> None:
+        nonlocal reset_time
+        t = time.perf_counter()
+        env.reset(seed=episode_seed)
+        reset_time += time.perf_counter() - t
+        state = np.empty(mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+        episodes.append({"model": copy.copy(u.model), "state": state, "ctrls": [], "final_qpos": None})
+
+    start_episode(seed)
     for i, a in enumerate(actions):
         t = time.perf_counter()
         _, _, terminated, truncated, _ = env.step(a)
         step_time += time.perf_counter() - t
-        ctrls.append(u.data.ctrl.copy())
+        episodes[-1]["ctrls"].append(u.data.ctrl.copy())
+        episodes[-1]["final_qpos"] = u.data.qpos.copy()
         if terminated or truncated:
-            t = time.perf_counter()
-            env.reset(seed=seed + i + 1)
-            reset_time += time.perf_counter() - t
-            n_resets += 1
-            mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-            ctrls = []
-            episodes.append((state.copy(), ctrls))
-    return step_time, episodes, reset_time / n_resets
+            start_episode(seed + i + 1)
+    if not episodes[-1]["ctrls"]:
+        episodes.pop()
+    return step_time, episodes, reset_time / (len(episodes) + 1)
 
 
-def raw_physics_time(env: gym.Env, episodes: list) -> float:
-    """Seconds `mj_step` alone takes for the same substeps, controls and start states."""
-    u = env.unwrapped
-    m, d = u.model, mujoco.MjData(u.model)
-    total = 0.0
-    for state, ctrls in episodes:
-        mujoco.mj_setState(m, d, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+def raw_physics_time(env: gym.Env, episodes: list) -> tuple[float, bool]:
+    """Seconds `mj_step` alone takes for the same models, substeps, controls and start states,
+    and whether the replay ended every episode in exactly the env's state (it must)."""
+    n_substeps = env.unwrapped.n_substeps
+    total, identical = 0.0, True
+    for ep in episodes:
+        m = ep["model"]
+        d = mujoco.MjData(m)
+        mujoco.mj_setState(m, d, ep["state"], mujoco.mjtState.mjSTATE_INTEGRATION)
         mujoco.mj_forward(m, d)
         t = time.perf_counter()
-        for c in ctrls:
+        for c in ep["ctrls"]:
             d.ctrl[:] = c
-            mujoco.mj_step(m, d, nstep=u.n_substeps)
+            mujoco.mj_step(m, d, nstep=n_substeps)
         total += time.perf_counter() - t
-    return total
+        identical &= bool(np.array_equal(d.qpos, ep["final_qpos"]))
+    return total, identical
 
 
 def render_cost(env: gym.Env, size: int, repeats: int, **changes) -> float:
@@ -135,7 +141,7 @@ def bench_task(task: str, steps: int) -> dict:
     """State and rgb rates, the physics limit and reset time of one task."""
     env = gym.make(task, obs_mode="state")
     step_s, episodes, reset_s = rollout_with_log(env, steps, seed=0)
-    raw_s = raw_physics_time(env, episodes)
+    raw_s, identical = raw_physics_time(env, episodes)
     env.close()
     rgb = gym.make(task, obs_mode="rgb", image_size=128, cameras=("front", "wrist"))
     rgb_steps = max(steps // 4, 100)
@@ -145,6 +151,7 @@ def bench_task(task: str, steps: int) -> dict:
         "state_steps_per_s": steps / step_s,
         "raw_physics_steps_per_s": steps / raw_s,
         "env_over_physics": step_s / raw_s,
+        "replay_identical": identical,
         "rgb_steps_per_s": rgb_steps / rgb_step_s,
         "reset_ms_state": reset_s * 1e3,
         "reset_ms_rgb": rgb_reset_s * 1e3,
@@ -191,12 +198,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     print(f"vlagym env benchmark, MuJoCo {mujoco.__version__}, {pinned}")
     print()
-    print("| task | state steps/s | raw mj_step steps/s | env / physics time | rgb steps/s | reset ms (state / rgb) |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| task | state steps/s | raw mj_step steps/s | env / physics time | replay identical "
+        "| rgb steps/s | reset ms (state / rgb) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for task, r in results["tasks"].items():
         print(
             f"| {task} | {r['state_steps_per_s']:.0f} | {r['raw_physics_steps_per_s']:.0f} | "
-            f"{r['env_over_physics']:.3f} | {r['rgb_steps_per_s']:.0f} | "
+            f"{r['env_over_physics']:.3f} | {'yes' if r['replay_identical'] else 'NO'} | {r['rgb_steps_per_s']:.0f} | "
             f"{r['reset_ms_state']:.2f} / {r['reset_ms_rgb']:.2f} |"
         )
     print()

@@ -337,8 +337,8 @@ class VLAEnv(gym.Env):
                 f"action must have shape {self.action_space.shape} in control_mode "
                 f"{self.robot.control_mode!r}, got {a.shape}"
             )
-        bad = ~np.isfinite(a)
-        if bad.any():
+        if not np.isfinite(a).all():
+            bad = ~np.isfinite(a)
             idx = np.flatnonzero(bad).tolist()
             raise ValueError(f"action has non-finite entries at indices {idx}: {a[bad].tolist()}")
         return np.minimum(np.maximum(a, -1.0), 1.0)

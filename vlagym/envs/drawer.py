@@ -213,8 +213,9 @@ class _DrawerEnv(VLAEnv):
 
     def drawer_point(self, local, opening: float | None = None) -> np.ndarray:
         """World position of a point given in the drawer frame (at `opening`, default the current one)."""
-        o = self.opening if opening is None else opening
-        return self.cab_pos + self.cab_rot @ (np.asarray(local, dtype=float) - (o, 0.0, 0.0))
+        point = np.array(local, dtype=float)
+        point[0] -= self.opening if opening is None else opening
+        return self.cab_pos + self.cab_rot @ point
 
     def in_drawer_frame(self, world) -> np.ndarray:
         return self.cab_rot.T @ (np.asarray(world) - self.cab_pos) + (self.opening, 0.0, 0.0)

@@ -156,15 +156,16 @@ class PressButtonEnv(VLAEnv):
 
     def task_scalars(self) -> np.ndarray:
         depths = self.depths() / TRAVEL
-        others = np.delete(depths, self.target_index)
-        return np.array([depths[self.target_index], others.max(initial=0.0), float(self.wrong_pressed), 0.0])
+        target = depths[self.target_index]
+        depths[self.target_index] = 0.0  # the deepest of the others
+        return np.array([target, depths.max(initial=0.0), float(self.wrong_pressed), 0.0])
 
     # ------------------------------------------------------------------ success and reward
     def evaluate(self) -> dict[str, Any]:
         depths = self.depths()
         pressed = depths > PRESSED_DEPTH
         target_pressed = bool(pressed[self.target_index])
-        self.wrong_pressed |= bool(np.delete(pressed, self.target_index).any())
+        self.wrong_pressed |= bool(pressed.sum() > target_pressed)  # any button but the target
         # Fingertips (3 cm below the grasp site) on the cap's top face.
         touch = self.cap_top(self.target_index) + (0.0, 0.0, PressExpert.fingertip)
         return {
