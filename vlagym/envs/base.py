@@ -367,21 +367,27 @@ class VLAEnv(gym.Env):
 
     # ------------------------------------------------------------------ observations
     def _state_vector(self) -> np.ndarray:
-        return np.concatenate([self.robot.proprio(), self._task_state()]).astype(np.float32)
+        out = np.empty(Robot.PROPRIO_DIM + TASK_STATE_DIM, np.float32)
+        self.robot.proprio(out[: Robot.PROPRIO_DIM])
+        self._task_state(out[Robot.PROPRIO_DIM :])
+        return out
 
-    def _task_state(self) -> np.ndarray:
+    def _task_state(self, out: np.ndarray | None = None) -> np.ndarray:
         """The same layout on every task, so one policy (or critic) reads them all:
         target position (3) and quaternion (4), goal position (3), target minus
         grasp site (3), goal minus target (3), task scalars (4), then per object
-        slot: position (3), quaternion (4), present flag (1)."""
-        out = np.zeros(TASK_STATE_DIM)
+        slot: position (3), quaternion (4), present flag (1). Written into `out` if given."""
+        if out is None:
+            out = np.empty(TASK_STATE_DIM)
         pos, quat = self.target_pose()
         goal = self.goal_position()
         out[0:3], out[3:7], out[7:10] = pos, quat, goal
         out[10:13] = pos - self.data.site_xpos[self.robot.ee_site]
         out[13:16] = goal - pos
+        out[16:20] = 0.0
         scalars = self.task_scalars()
         out[16 : 16 + len(scalars)] = scalars
+        out[20:] = 0.0
         qpos = self.data.qpos
         for i, obj in enumerate(self.objects):
             if obj.present:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,6 +25,7 @@ SPACING = 0.1  # between button centres
 BUTTONS = {"train": (2, 3), "distractors": (4, 4)}  # buttons per episode
 PARK = np.array([1.5, 1.5, -0.7])  # unused buttons stand on the floor, out of view
 BASE_RGBA = (0.3, 0.3, 0.33, 1.0)
+UPRIGHT = np.array([1.0, 0.0, 0.0, 0.0])  # caps never turn
 
 
 def button_xml(i: int) -> str:
@@ -108,6 +110,7 @@ class PressButtonEnv(VLAEnv):
         self.cap_geoms = np.array([m.geom(f"button{i}_cap").id for i in range(N_BUTTONS)])
         self.button_qpos = np.array([m.jnt_qposadr[m.joint(f"button{i}").id] for i in range(N_BUTTONS)])
         self.n_buttons, self.target_index = 0, 0
+        self.present_qpos = self.button_qpos[:0]
         self.colors: list[str] = []
         self.wrong_pressed = False
 
@@ -126,6 +129,7 @@ class PressButtonEnv(VLAEnv):
                 self.model.body_pos[body] = PARK + (0.0, 0.2 * i, 0.0)
                 self.model.geom_rgba[self.cap_geoms[i]] = BASE_RGBA
         self.n_buttons, self.target_index = n, target
+        self.present_qpos = self.button_qpos[:n].copy()
         self.wrong_pressed = False
 
     def instruction_fields(self) -> dict[str, str]:
@@ -134,7 +138,7 @@ class PressButtonEnv(VLAEnv):
     # ------------------------------------------------------------------ observations
     def depths(self) -> np.ndarray:
         """How far each present button's cap is pushed down (metres, >= 0)."""
-        return np.maximum(-self.data.qpos[self.button_qpos[: self.n_buttons]], 0.0)
+        return np.maximum(-self.data.qpos[self.present_qpos], 0.0)
 
     def cap_top(self, i: int) -> np.ndarray:
         """Centre of button `i`'s cap top face, from its housing position and slide joint."""
@@ -146,7 +150,7 @@ class PressButtonEnv(VLAEnv):
         return len(self.colors) - 1  # the other buttons
 
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.cap_top(self.target_index), np.array([1.0, 0.0, 0.0, 0.0])
+        return self.cap_top(self.target_index), UPRIGHT
 
     def goal_position(self) -> np.ndarray:
         """Where the target cap's top face counts as pressed."""
@@ -173,14 +177,14 @@ class PressButtonEnv(VLAEnv):
             "target_pressed": target_pressed,
             "wrong_button_pressed": self.wrong_pressed,
             "target_depth": float(depths[self.target_index]),
-            "reach_distance": float(np.linalg.norm(self.data.site_xpos[self.robot.ee_site] - touch)),
+            "reach_distance": math.dist(self.data.site_xpos[self.robot.ee_site], touch),
         }
 
     def reward_terms(self, evaluation: dict[str, Any]) -> dict[str, float]:
         fair = 0.0 if evaluation["wrong_button_pressed"] else 1.0
         return {
-            "reach": fair * float(1.0 - np.tanh(10.0 * evaluation["reach_distance"])),
-            "press": fair * float(np.clip(evaluation["target_depth"] / PRESSED_DEPTH, 0.0, 1.0)),
+            "reach": fair * (1.0 - math.tanh(10.0 * evaluation["reach_distance"])),
+            "press": fair * min(max(evaluation["target_depth"] / PRESSED_DEPTH, 0.0), 1.0),
         }
 
     # ------------------------------------------------------------------ expert support

@@ -102,9 +102,12 @@ class Robot:
         self.pad_geoms = np.array([model.geom(n).id for n in ("finger_left_pad", "finger_right_pad")])
         self.hand_body = model.body("hand").id
 
-        self._jac = np.zeros((6, model.nv))  # rows 0-2 translation, 3-5 rotation
-        self._diag6 = np.diag_indices(6)
-        self._rhs = (np.zeros(6), np.zeros(6))
+        self._jacp, self._jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        self._jac_arm = np.zeros((6, 7))  # rows 0-2 translation, 3-5 rotation
+        self._jjt = np.zeros((6, 6))
+        self._damping_eye = damping**2 * np.eye(6)
+        self._v, self._task, self._null = np.zeros(7), np.zeros(6), np.zeros(6)
+        self._quat = np.zeros(4)
 
     # ------------------------------------------------------------------ state
     @property
@@ -128,20 +131,19 @@ class Robot:
         """Distance between the finger pads in metres."""
         return float(self.data.qpos[self.finger_qpos_adr].sum())
 
-    def proprio(self) -> np.ndarray:
+    def proprio(self, out: np.ndarray | None = None) -> np.ndarray:
         """Joint positions (7), joint velocities (7), grasp-site position (3) and
-        quaternion (4), finger positions (2): 23 floats."""
+        quaternion (4), finger positions (2): 23 floats, written into `out` if given."""
         d = self.data
-        quat = mat_to_quat(d.site_xmat[self.ee_site])
-        return np.concatenate(
-            [
-                d.qpos[self.arm_qpos_adr],
-                d.qvel[self.arm_dof_adr],
-                d.site_xpos[self.ee_site],
-                quat,
-                d.qpos[self.finger_qpos_adr],
-            ]
-        )
+        if out is None:
+            out = np.empty(self.PROPRIO_DIM)
+        out[0:7] = d.qpos[self.arm_qpos_adr]
+        out[7:14] = d.qvel[self.arm_dof_adr]
+        out[14:17] = d.site_xpos[self.ee_site]
+        mujoco.mju_mat2Quat(self._quat, d.site_xmat[self.ee_site])
+        out[17:21] = self._quat
+        out[21:23] = d.qpos[self.finger_qpos_adr]
+        return out
 
     PROPRIO_DIM = 23
 
@@ -166,22 +168,25 @@ class Robot:
         self.data.ctrl[self.finger_act] = FINGER_OPEN * (1.0 - action[-1]) * 0.5
 
     def _ik_delta(self, dpos: np.ndarray, drot: np.ndarray) -> np.ndarray:
-        mujoco.mj_jacSite(self.model, self.data, self._jac[:3], self._jac[3:], self.ee_site)
-        jac = self._jac[:, self.arm_dof_adr]
-        jjt = jac @ jac.T
-        jjt[self._diag6] += self.damping**2
         # Damped least squares for the task, plus null-space motion toward home
         # (v - J^T (J J^T + l^2 I)^-1 J v) so the redundant elbow does not drift;
-        # both solved with one Cholesky factorisation (MuJoCo's, cheaper per call
-        # than LAPACK's at 6x6).
-        v = self.nullspace_gain * (HOME_QPOS - self.data.qpos[self.arm_qpos_adr])
-        task, null = self._rhs
+        # both solved with one Cholesky factorisation. Every buffer is
+        # preallocated: this runs at every control step.
+        jac, jjt, v, task, null = self._jac_arm, self._jjt, self._v, self._task, self._null
+        mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self.ee_site)
+        jac[:3] = self._jacp[:, self.arm_dof_adr]
+        jac[3:] = self._jacr[:, self.arm_dof_adr]
+        np.dot(jac, jac.T, out=jjt)
+        jjt += self._damping_eye
+        np.subtract(HOME_QPOS, self.data.qpos[self.arm_qpos_adr], out=v)
+        v *= self.nullspace_gain
         task[:3], task[3:] = dpos, drot
-        null[:] = jac @ v
+        np.dot(jac, v, out=null)
         mujoco.mju_cholFactor(jjt, 0.0)
         mujoco.mju_cholSolve(task, jjt, task)
         mujoco.mju_cholSolve(null, jjt, null)
-        return jac.T @ (task - null) + v
+        task -= null
+        return jac.T @ task + v
 
     def solve_ik(self, pos: np.ndarray, mat: np.ndarray, iters: int = 200) -> np.ndarray:
         """Arm configuration that puts the grasp site at `pos` with orientation `mat`.
