@@ -382,12 +382,11 @@ class VLAEnv(gym.Env):
         pos, quat = self.target_pose()
         goal = self.goal_position()
         out[0:3], out[3:7], out[7:10] = pos, quat, goal
-        out[10:13] = pos - self.data.site_xpos[self.robot.ee_site]
-        out[13:16] = goal - pos
-        out[16:20] = 0.0
+        np.subtract(pos, self.data.site_xpos[self.robot.ee_site], out=out[10:13])
+        np.subtract(goal, pos, out=out[13:16])
         scalars = self.task_scalars()
         out[16 : 16 + len(scalars)] = scalars
-        out[20:] = 0.0
+        out[16 + len(scalars) :] = 0.0
         qpos = self.data.qpos
         for i, obj in enumerate(self.objects):
             if obj.present:

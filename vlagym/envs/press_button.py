@@ -159,10 +159,10 @@ class PressButtonEnv(VLAEnv):
         return goal
 
     def task_scalars(self) -> np.ndarray:
-        depths = self.depths() / TRAVEL
-        target = depths[self.target_index]
+        depths = self.depths()
+        target = float(depths[self.target_index])
         depths[self.target_index] = 0.0  # the deepest of the others
-        return np.array([target, depths.max(initial=0.0), float(self.wrong_pressed), 0.0])
+        return np.array((target / TRAVEL, float(depths.max(initial=0.0)) / TRAVEL, float(self.wrong_pressed), 0.0))
 
     # ------------------------------------------------------------------ success and reward
     def evaluate(self) -> dict[str, Any]:
