@@ -107,6 +107,7 @@ class Robot:
         self._jjt = np.zeros((6, 6))
         self._damping_eye = damping**2 * np.eye(6)
         self._v, self._task, self._null = np.zeros(7), np.zeros(6), np.zeros(6)
+        self._pose_scale = np.array([max_translation] * 3 + [max_rotation] * 3)
         self._quat = np.zeros(4)
 
     # ------------------------------------------------------------------ state
@@ -158,16 +159,18 @@ class Robot:
         d.ctrl[self.finger_act] = FINGER_OPEN
 
     def apply_action(self, action: np.ndarray) -> None:
-        """Set actuator targets from a clipped 7-D action (see class docstring)."""
+        """Set actuator targets from a clipped action (see class docstring)."""
+        ctrl = self.data.ctrl
         if self.control_mode == "ee_delta_pose":
-            dq = self._ik_delta(action[:3] * self.max_translation, action[3:6] * self.max_rotation)
+            dq = self._ik_delta(action)
         else:
             dq = action[:7] * self.max_joint_delta
         # MuJoCo clamps the targets to the joint ranges (ctrlrange, set in __init__).
-        self.data.ctrl[self.arm_act] = self.data.qpos[self.arm_qpos_adr] + dq
-        self.data.ctrl[self.finger_act] = FINGER_OPEN * (1.0 - action[-1]) * 0.5
+        ctrl[self.arm_act] = self.data.qpos[self.arm_qpos_adr] + dq
+        ctrl[self.finger_act] = FINGER_OPEN * 0.5 * (1.0 - float(action[-1]))
 
-    def _ik_delta(self, dpos: np.ndarray, drot: np.ndarray) -> np.ndarray:
+    def _ik_delta(self, action: np.ndarray) -> np.ndarray:
+        """Joint deltas for the pose delta in `action[:6]` (normalised; scaled here)."""
         # Damped least squares for the task, plus null-space motion toward home
         # (v - J^T (J J^T + l^2 I)^-1 J v) so the redundant elbow does not drift;
         # both solved with one Cholesky factorisation. Every buffer is
@@ -180,7 +183,8 @@ class Robot:
         jjt += self._damping_eye
         np.subtract(HOME_QPOS, self.data.qpos[self.arm_qpos_adr], out=v)
         v *= self.nullspace_gain
-        task[:3], task[3:] = dpos, drot
+        task[:] = action[:6]
+        task *= self._pose_scale
         np.dot(jac, v, out=null)
         mujoco.mju_cholFactor(jjt, 0.0)
         mujoco.mju_cholSolve(task, jjt, task)
