@@ -1,0 +1,1 @@
+"""Demonstrations, datasets and training."""
