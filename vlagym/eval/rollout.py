@@ -1,0 +1,164 @@
+"""Run a policy in a vector env for a fixed list of seeds, one record per episode.
+
+Gymnasium 1.x vector envs reset finished sub-envs automatically, by default on
+the *next* `step()` (whose action that sub-env then ignores) and with no seed.
+Evaluation needs episode i to start from `reset(seed=seeds[i])` whichever
+sub-env runs it, so the rollout envs are made with autoreset disabled
+(`make_rollout_envs`) and this module resets finished sub-envs itself, with
+the next seed of the list, through `reset(seed=..., options={"reset_mask": ...})`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from tqdm.auto import tqdm
+
+import vlagym
+
+logger = logging.getLogger(__name__)
+
+BatchPolicy = Callable[[object], np.ndarray]
+
+
+@dataclass
+class EpisodeRecord:
+    """What one episode did."""
+
+    seed: int
+    task: str
+    instruction: str
+    success: bool
+    """success at any step"""
+    success_at_end: bool
+    """success at the last step"""
+    length: int
+    episode_return: float
+
+
+def make_rollout_envs(
+    env_id: str, num_envs: int, vectorization_mode: str = "sync", **env_kwargs
+) -> gym.vector.VectorEnv:
+    """A vector env with autoreset disabled, as `run_episodes` needs."""
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode=vectorization_mode,
+        vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+        **env_kwargs,
+    )
+
+
+def _entry(info: dict, key: str, i: int, default):
+    if key in info and info.get(f"_{key}", np.ones(len(info[key]), bool))[i]:
+        return info[key][i]
+    return default
+
+
+def run_episodes(
+    envs: gym.vector.VectorEnv,
+    policy: BatchPolicy,
+    seeds: Sequence[int],
+    on_episode_start: Callable[[np.ndarray], None] | None = None,
+    progress: bool = True,
+) -> list[EpisodeRecord]:
+    """Run `policy` (batched observations -> batched actions) until every seed has had its episode.
+
+    `on_episode_start(mask)` is called after sub-envs in `mask` reset, so a
+    stateful policy (action queues, experts) can reset those slots. Records are
+    returned in the order of `seeds`. Sub-envs left without a seed keep running
+    throw-away episodes until the last real one ends; those are not recorded.
+    """
+    mode = envs.metadata.get("autoreset_mode")
+    if mode != AutoresetMode.DISABLED:
+        raise ValueError(f"run_episodes needs autoreset disabled, got {mode}: make the envs with make_rollout_envs()")
+    n = envs.num_envs
+    seeds = [int(s) for s in seeds]
+    spare = max(seeds, default=0) + 1_000_000  # throw-away episodes use seeds no evaluation asks for
+    slot_episode = np.full(n, -1)  # index into `seeds` of the episode each sub-env runs, -1 = throw-away
+    records: list[EpisodeRecord | None] = [None] * len(seeds)
+    returns, lengths, ever = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
+    next_episode = 0
+
+    def assign(mask: np.ndarray) -> list[int]:
+        nonlocal next_episode, spare
+        out = []
+        for i in np.flatnonzero(mask):
+            if next_episode < len(seeds):
+                slot_episode[i] = next_episode
+                out.append(seeds[next_episode])
+                next_episode += 1
+            else:
+                slot_episode[i] = -1
+                out.append(spare)
+                spare += 1
+        return out
+
+    mask = np.ones(n, bool)
+    obs, info = envs.reset(seed=assign(mask))
+    instructions = [str(_entry(info, "instruction", i, "")) for i in range(n)]
+    tasks = [str(_entry(info, "task", i, envs.spec.id if envs.spec else "")) for i in range(n)]
+    if on_episode_start is not None:
+        on_episode_start(mask)
+    bar = tqdm(total=len(seeds), desc="episodes", unit="ep", disable=not progress)
+    try:
+        while any(r is None for r in records):
+            obs, reward, terminated, truncated, info = envs.step(policy(obs))
+            returns += reward
+            lengths += 1
+            success = np.array([bool(_entry(info, "success", i, False)) for i in range(n)])
+            ever |= success
+            done = terminated | truncated
+            for i in np.flatnonzero(done):
+                k = slot_episode[i]
+                if k >= 0:
+                    records[k] = EpisodeRecord(
+                        seed=seeds[k],
+                        task=tasks[i],
+                        instruction=instructions[i],
+                        success=bool(ever[i]),
+                        success_at_end=bool(success[i]),
+                        length=int(lengths[i]),
+                        episode_return=float(returns[i]),
+                    )
+                    bar.update(1)
+            if done.any() and any(r is None for r in records):
+                reset_seeds = assign(done)
+                seed_list: list[int | None] = [None] * n
+                for i, s in zip(np.flatnonzero(done), reset_seeds, strict=True):
+                    seed_list[i] = s
+                obs, reset_info = envs.reset(seed=seed_list, options={"reset_mask": done})
+                for i in np.flatnonzero(done):
+                    instructions[i] = str(_entry(reset_info, "instruction", i, ""))
+                    tasks[i] = str(_entry(reset_info, "task", i, tasks[i]))
+                returns[done], lengths[done], ever[done] = 0.0, 0, False
+                if on_episode_start is not None:
+                    on_episode_start(done)
+    finally:
+        bar.close()
+    return records  # type: ignore[return-value]
+
+
+class VectorExpert:
+    """The scripted experts of a *sync* vector env's sub-envs as one batched policy.
+
+    Experts read privileged simulator state, which only a sync vector env
+    exposes (`envs.envs`); pass `on_episode_start=expert.reset` to `run_episodes`.
+    """
+
+    def __init__(self, envs: gym.vector.SyncVectorEnv):
+        if not hasattr(envs, "envs"):
+            raise ValueError("VectorExpert needs a sync vector env (experts read each sub-env's simulator state)")
+        self.experts = [vlagym.make_expert(env) for env in envs.envs]
+
+    def reset(self, mask: np.ndarray) -> None:
+        for i in np.flatnonzero(mask):
+            self.experts[i].reset()
+
+    def __call__(self, obs) -> np.ndarray:
+        return np.stack([expert(None) for expert in self.experts])
