@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader
 from vlagym.train import augment as augment_module
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
-from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats, stats_path
+from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats, stats_path, to_norm_stats
+from vlagym.wrappers.normalize import NormStats
 
 
 # ---------------------------------------------------------------------------- items
@@ -156,21 +157,31 @@ def test_one_camera_and_dataloader_workers(demo_file):
     ds.close()
 
 
-def test_normalisation_with_stats(demo_file):
+def test_normalisation_with_stats_matches_the_wrappers(demo_file):
     stats = load_or_compute_stats(demo_file)
     raw = DemoDataset(demo_file, chunk_size=2)[4]
     norm = DemoDataset(demo_file, chunk_size=2, stats=stats)[4]
     mean, std = np.array(stats["actions"]["mean"]), np.array(stats["actions"]["std"])
-    np.testing.assert_allclose(norm["action"].numpy(), (raw["action"].numpy() - mean) / (std + 1e-6), rtol=1e-5)
+    assert std[2] == 0  # the constant "tag" dimension: floored, not divided by zero
+    expected = (raw["action"].numpy() - mean) / np.maximum(std, 1e-6)
+    np.testing.assert_allclose(norm["action"].numpy(), expected, rtol=1e-5, atol=1e-6)
     q = DemoDataset(demo_file, chunk_size=2, stats=stats, normalization="quantile")[4]
     q01, q99 = np.array(stats["proprio"]["q01"]), np.array(stats["proprio"]["q99"])
-    expected = 2 * (raw["observation.proprio"].numpy() - q01) / (q99 - q01 + 1e-6) - 1
+    expected = 2 * (raw["observation.proprio"].numpy() - q01) / np.maximum(q99 - q01, 1e-6) - 1
     np.testing.assert_allclose(q["observation.proprio"].numpy(), expected, rtol=1e-4, atol=1e-5)
+    # The wrappers' NormStats (what NormalizeAction applies at evaluation) gives the same numbers.
+    norm_stats = to_norm_stats(stats, mode="quantile")
+    assert isinstance(norm_stats, NormStats) and "action" in norm_stats.keys()
+    via = DemoDataset(demo_file, chunk_size=2, stats=norm_stats)[4]
+    np.testing.assert_allclose(via["action"].numpy(), norm_stats.normalize("action", raw["action"].numpy()), rtol=1e-6)
+    np.testing.assert_array_equal(via["observation.proprio"].numpy(), q["observation.proprio"].numpy())
     bad = {**stats, "actions": {k: v[:6] for k, v in stats["actions"].items()}}
-    with pytest.raises(ValueError, match="6 dimensions, the data 7"):
+    with pytest.raises(ValueError, match="shape \\(6,\\), the data \\(7,\\)"):
         DemoDataset(demo_file, stats=bad)
     with pytest.raises(ValueError, match="no entry for \\['state'\\]"):
         DemoDataset(demo_file, keys=("proprio", "state"), stats={k: stats[k] for k in ("actions", "proprio")})
+    with pytest.raises(ValueError, match="normalization"):
+        DemoDataset(demo_file, normalization="zscore")
 
 
 # ---------------------------------------------------------------------------- statistics

@@ -24,6 +24,8 @@ import torch
 from torch.utils.data import Dataset
 
 from vlagym.train import layout
+from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
+from vlagym.wrappers.normalize import NormStats
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +33,11 @@ LOWDIM_KEYS = ("proprio", "state")
 STATS_KEYS = ("actions", *LOWDIM_KEYS)
 STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 IMAGE_FORMATS = ("chw", "hwc")
-NORMALIZATIONS = ("mean_std", "quantile")
 STATS_FORMAT = "vlagym-stats"
 STATS_VERSION = 1
 STATS_BINS = 10_000  # histogram bins per dimension for the quantiles: error at most (max - min) / STATS_BINS
 OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open (least recently used go)
-NORM_EPS = 1e-6  # added to std or (q99 - q01): constant dimensions (padding slots of the state) stay finite
+NORM_EPS = 1e-6  # floor of std or of the range: constant dimensions (padding slots of the state) stay finite
 
 Stats = dict[str, dict[str, list[float]]]
 PathLike = str | os.PathLike
@@ -278,15 +279,15 @@ def load_or_compute_stats(path: PathLike, recompute: bool = False, bins: int = S
     return stats
 
 
-def normalize(x: np.ndarray, key_stats: dict[str, list[float]], mode: str) -> np.ndarray:
-    """`mean_std`: (x - mean) / (std + eps); `quantile`: q01 -> -1, q99 -> +1 (not clipped)."""
-    if mode == "mean_std":
-        mean, std = np.asarray(key_stats["mean"]), np.asarray(key_stats["std"])
-        return ((x - mean) / (std + NORM_EPS)).astype(np.float32)
-    if mode == "quantile":
-        q01, q99 = np.asarray(key_stats["q01"]), np.asarray(key_stats["q99"])
-        return (2.0 * (x - q01) / (q99 - q01 + NORM_EPS) - 1.0).astype(np.float32)
-    raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {mode!r}")
+def to_norm_stats(stats: Stats | NormStats, mode: str = "mean_std", eps: float = NORM_EPS) -> NormStats:
+    """The wrappers' `NormStats` of dataset statistics, so training and evaluation normalise identically.
+
+    The dataset's "actions" entry becomes "action", the key of the item and of `NormalizeAction`.
+    """
+    if isinstance(stats, NormStats):
+        return stats
+    features = {("action" if key == "actions" else key): value for key, value in stats.items()}
+    return NormStats.from_features(features, mode=mode, eps=eps)
 
 
 # ---------------------------------------------------------------------------- the dataset
@@ -300,14 +301,16 @@ class DemoDataset(Dataset):
             time axis and frames before the episode start repeat frame 0, flagged in `observation_is_pad`.
         cameras: the cameras to load (`None`: every camera in the files; `[]`: no images).
         keys: the low-dim observations to load, from `("proprio", "state")`.
-        stats: statistics (`load_or_compute_stats`) to normalise actions and low-dim observations with;
-            `None` (default) returns raw values. Normalising inside the policy (statistics in its buffers)
-            is preferred; this is for policies that do not.
+        stats: statistics (`load_or_compute_stats`, or a `NormStats`) to normalise actions and low-dim
+            observations with, by the wrappers' `NormStats` maps; `None` (default) returns raw values.
+            Normalising inside the policy (statistics in its buffers) is preferred; this is for policies
+            that do not.
         augment: applied to each camera's uint8 `(3, H, W)` (or `(T, 3, H, W)`) image as
             `augment(images, generator=g, shared=True)` (e.g. `ImageAugment`); the history frames of one
             camera share a draw, cameras and samples each get their own. Use for training only.
         image_format: `"chw"` (default, torch) or `"hwc"` (as stored) for the image tensors.
-        normalization: `"mean_std"` or `"quantile"`, used when `stats` is given.
+        normalization: `"mean_std"`, `"min_max"` or `"quantile"` (see `vlagym.wrappers.normalize`), used when
+            `stats` is a plain dict (a `NormStats` brings its own mode).
         seed: with a seed, sample i's augmentation depends only on (seed, epoch, i) (see `set_epoch`);
             without, it is drawn from torch's global generator (which a DataLoader seeds per worker and epoch).
 
@@ -327,7 +330,7 @@ class DemoDataset(Dataset):
         history: int = 1,
         cameras: Sequence[str] | None = None,
         keys: Sequence[str] = ("proprio",),
-        stats: Stats | None = None,
+        stats: Stats | NormStats | None = None,
         augment: Callable[..., torch.Tensor] | None = None,
         image_format: str = "chw",
         normalization: str = "mean_std",
@@ -355,14 +358,16 @@ class DemoDataset(Dataset):
         self.seed = seed
         self.epoch = 0
         self._scan(cameras)
-        self.stats = stats
-        if stats is not None:
-            missing = [k for k in ("actions", *keys) if k not in stats]
+        self.stats = None if stats is None else to_norm_stats(stats, normalization)
+        if self.stats is not None:
+            self.normalization = self.stats.mode
+            missing = [k for k in ("action", *keys) if k not in self.stats.keys()]
             if missing:
-                raise ValueError(f"stats have no entry for {missing}; they have {sorted(stats)}")
+                raise ValueError(f"stats have no entry for {missing}; they have {sorted(self.stats.keys())}")
             for key, dim in self.dims.items():
-                if len(stats[key]["mean"]) != dim:
-                    raise ValueError(f"stats[{key!r}] has {len(stats[key]['mean'])} dimensions, the data {dim}")
+                shape = self.stats[key].shape
+                if shape != (dim,):
+                    raise ValueError(f"stats[{key!r}] have shape {shape}, the data ({dim},)")
         self._pid: int | None = None
         self._handles: dict[int, h5py.File] = {}
         self._episodes: OrderedDict[int, dict[str, h5py.Dataset]] = OrderedDict()
@@ -388,7 +393,7 @@ class DemoDataset(Dataset):
                         found_cameras = here
                         action_dim = demo["actions"].shape[1]
                         # Dimensions of the arrays an item carries (and normalises), by stats key.
-                        self.dims = {"actions": int(action_dim)}
+                        self.dims = {"action": int(action_dim)}
                         self.dims.update({k: int(obs[k].shape[1]) for k in self.keys if k in obs})
                     self._check_demo(path, name, demo, n, here, found_cameras, action_dim)
                     files.append(fi)
@@ -528,7 +533,7 @@ class DemoDataset(Dataset):
         for key in self.keys:
             x = arrays[key][first : t + 1][rows]
             if self.stats is not None:
-                x = normalize(x, self.stats[key], self.normalization)
+                x = self.stats.normalize(key, x)
             x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
             item[f"observation.{key}"] = x if self.history > 1 else x[0]
         if self.history > 1:
@@ -538,7 +543,7 @@ class DemoDataset(Dataset):
         actions = arrays["actions"][t : min(t + self.chunk_size, n)]
         actions = actions[np.minimum(steps, n - 1) - t]  # past the end: repeat the last action
         if self.stats is not None:
-            actions = normalize(actions, self.stats["actions"], self.normalization)
+            actions = self.stats.normalize("action", actions)
         item["action"] = torch.from_numpy(np.ascontiguousarray(actions, dtype=np.float32))
         item["action_is_pad"] = torch.from_numpy(steps >= n)
         item["instruction"] = self.instructions[episode]
