@@ -2,9 +2,14 @@
 
     vlagym list                          registered tasks
     vlagym video VLA-PickCup-v0          mp4 of the scripted expert solving a task
+    vlagym demos --task VLA-PickCup-v0 --episodes 200 --num-envs 2 --out pick.hdf5
+                                         scripted-expert demonstrations (HDF5)
+    vlagym dataset info pick.hdf5        summary of a demo file
+    vlagym dataset check pick.hdf5       layout check (exit code 1 when problems are found)
 
 User errors (unknown task, bad option value, unwritable output) print one line
-on stderr and return exit code 2; they never show a traceback.
+on stderr and return exit code 2; they never show a traceback. A demo file that
+`vlagym dataset` finds broken returns exit code 1.
 """
 
 from __future__ import annotations
@@ -24,13 +29,23 @@ from typing import Any
 import gymnasium as gym
 
 import vlagym
-from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS
+from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
+from vlagym.train.demos import (
+    COMPRESSIONS,
+    CONFIG_SUFFIX,
+    VECTORIZATION_MODES,
+    DemoConfig,
+    DemoError,
+    collect_demos,
+)
+from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
+EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -232,6 +247,91 @@ def run_video(cfg: VideoConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym demos
+def demo_config(args: argparse.Namespace) -> DemoConfig:
+    """The `DemoConfig` of `vlagym demos` arguments (`--split` and `--instruction-split` become env kwargs)."""
+    task = check_task(args.task)
+    _choice("--split", args.split, SPLITS)
+    env_kwargs: dict[str, Any] = {"split": args.split}
+    if args.instruction_split is not None:
+        _choice("--instruction-split", args.instruction_split, INSTRUCTION_SPLITS)
+        env_kwargs["instruction_split"] = args.instruction_split
+    try:
+        return DemoConfig(
+            task=task,
+            episodes=args.episodes,
+            num_envs=args.num_envs,
+            out=args.out,
+            seed=args.seed,
+            obs_mode=args.obs_mode,
+            image_size=args.image_size,
+            cameras=tuple(args.cameras),
+            env_kwargs=env_kwargs,
+            keep_failures=args.keep_failures,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            compression=args.compression,
+            vectorization=args.vectorization,
+            progress=not args.no_progress,
+        )
+    except DemoError as e:
+        raise UserError(str(e)) from e
+
+
+def run_demos(cfg: DemoConfig) -> int:
+    try:
+        summary = collect_demos(cfg)
+    except DemoError as e:
+        raise UserError(str(e)) from e
+    dropped = "kept" if cfg.keep_failures else "dropped"
+    print(
+        f"wrote {summary.path}: {summary.demos} demos, {summary.steps} steps, {summary.file_bytes / 1e6:.1f} MB; "
+        f"this run: {summary.episodes} episodes from episode {summary.first_episode}, {summary.successes} successful, "
+        f"{summary.failures} failed ({dropped}), {summary.seconds:.1f} s; config: {summary.path}{CONFIG_SUFFIX}"
+    )
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- vlagym dataset
+@dataclass
+class DatasetConfig:
+    """Options of `vlagym dataset info|check FILE`."""
+
+    action: str
+    """"info" (a readable summary) or "check" (every departure from the demo layout)"""
+    file: str
+    """the demo file (HDF5)"""
+    json: bool = False
+    """info: print the summary as JSON"""
+
+    def __post_init__(self) -> None:
+        _choice("action", self.action, ("info", "check"))
+        path = Path(self.file)
+        if not path.exists():
+            raise UserError(f"{self.file}: no such file")
+        if path.is_dir():
+            raise UserError(f"{self.file} is a folder, not a demo file")
+
+
+def run_dataset(cfg: DatasetConfig) -> int:
+    if cfg.action == "check":
+        problems = check_dataset(cfg.file)
+        if problems:
+            print(f"{cfg.file}: {len(problems)} problem(s)")
+            for problem in problems:
+                print(f"  - {problem}")
+            return EXIT_PROBLEMS
+        print(f"{cfg.file}: ok")
+        return EXIT_OK
+    try:
+        info = dataset_info(cfg.file)
+    except DatasetError as e:
+        print(f"vlagym dataset info: error: {e}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    print(json.dumps(info, indent=2) if cfg.json else format_info(info))
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- parser and main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -268,12 +368,72 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hold", type=int, default=d["hold"].default, help="frames to hold each episode's end (default: %(default)s)"
     )
+    _add_demos_parser(sub)
+    _add_dataset_parser(sub)
     return parser
 
 
-def _config_from_args(args: argparse.Namespace) -> ListConfig | VideoConfig:
+def _add_demos_parser(sub) -> None:
+    d = DemoConfig.__dataclass_fields__
+    p = sub.add_parser(
+        "demos",
+        help="collect scripted-expert demonstrations (HDF5)",
+        description="Run the task's scripted expert in a vector env and write the episodes to one HDF5 file "
+        "(robomimic/LIBERO layout, see vlagym/train/layout.py); the config JSON goes beside it. Episode i uses "
+        "seed SEED+i whatever --num-envs is. An interrupted run leaves a valid file; --resume continues it.",
+    )
+    p.add_argument("--task", required=True, help="task id, e.g. VLA-PickCup-v0 (see `vlagym list`)")
+    p.add_argument("--episodes", type=int, default=d["episodes"].default, help="episodes to run (default: %(default)s)")
+    p.add_argument(
+        "--num-envs", type=int, default=d["num_envs"].default, help="parallel sub-envs (default: %(default)s)"
+    )
+    p.add_argument("--out", default="", help="output .hdf5 path (default: demos/TASK.hdf5)")
+    p.add_argument("--seed", type=int, default=d["seed"].default, help="episode i uses seed+i (default: %(default)s)")
+    p.add_argument("--obs-mode", default=d["obs_mode"].default, help=f"one of {list(OBS_MODES)} (default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=d["image_size"].default, help="image side (default: %(default)s)")
+    p.add_argument(
+        "--cameras",
+        nargs="+",
+        default=list(d["cameras"].default),
+        help=f"any of {list(CAMERAS)} (default: {' '.join(d['cameras'].default)})",
+    )
+    p.add_argument("--split", default="train", help=f"one of {list(SPLITS)} (default: %(default)s)")
+    p.add_argument(
+        "--instruction-split", default=None, help=f"one of {list(INSTRUCTION_SPLITS)} (default: the split's)"
+    )
+    p.add_argument("--keep-failures", action="store_true", help="also keep episodes the expert failed")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted file (same settings)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.add_argument(
+        "--compression", default=d["compression"].default, help=f"one of {list(COMPRESSIONS)} (default: %(default)s)"
+    )
+    p.add_argument(
+        "--vectorization",
+        default=d["vectorization"].default,
+        help=f"one of {list(VECTORIZATION_MODES)} (default: %(default)s)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_dataset_parser(sub) -> None:
+    p = sub.add_parser(
+        "dataset", help="inspect a demo file (info, check)", description="Summarise or check a vlagym demo file."
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = actions.add_parser("info", help="readable summary: episodes, steps, tasks, instructions, actions, obs")
+    a.add_argument("file", help="demo file (.hdf5)")
+    a.add_argument("--json", action="store_true", help="print the summary as JSON")
+    a = actions.add_parser("check", help="check the file against the demo layout (exit code 1 on problems)")
+    a.add_argument("file", help="demo file (.hdf5)")
+
+
+def _config_from_args(args: argparse.Namespace) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig:
     if args.command == "list":
         return ListConfig(markdown=args.markdown)
+    if args.command == "demos":
+        return demo_config(args)
+    if args.command == "dataset":
+        return DatasetConfig(action=args.action, file=args.file, json=getattr(args, "json", False))
     return VideoConfig(
         task=args.task,
         episodes=args.episodes,
@@ -305,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _config_from_args(args)
         if isinstance(cfg, ListConfig):
             return run_list(cfg)
+        if isinstance(cfg, DemoConfig):
+            return run_demos(cfg)
+        if isinstance(cfg, DatasetConfig):
+            return run_dataset(cfg)
         return run_video(cfg)
     except UserError as e:
         print(f"vlagym {args.command}: error: {e}", file=sys.stderr)
