@@ -293,6 +293,40 @@ def test_sigkill_at_any_moment_keeps_every_committed_demo(pick_k1, tmp_path):
             assert np.array_equal(f["data"][name]["obs/front_rgb"][()], ref["data"][name]["obs/front_rgb"][()])
 
 
+READER = """
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")  # holds the version it opened (and its HDF5 lock) until stdin closes
+print(len(f["data"]), flush=True)
+sys.stdin.read()
+g = f["data/demo_0"]
+print(len(f["data"]), int(f["data"].attrs["total"]), int(g["obs/front_rgb"][()].sum()), float(g["actions"][()].sum()))
+"""
+
+
+def test_a_reader_holding_the_file_open_sees_its_version_unchanged(pick_k1, tmp_path, monkeypatch):
+    from vlagym.train import demos
+
+    path, commit, readers = tmp_path / "read.hdf5", demos._Journal.commit, []
+
+    def commit_then_open_a_reader(self, episodes):
+        commit(self, episodes)
+        if not readers:  # after the first demo: a reader opens the file and keeps it open to the end
+            proc = subprocess.Popen(
+                [sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            assert proc.stdout.readline().strip() == "1"
+            readers.append(proc)
+
+    monkeypatch.setattr(demos._Journal, "commit", commit_then_open_a_reader)
+    collect(path)
+    out, _ = readers[0].communicate("", timeout=60)
+    with h5py.File(pick_k1, "r") as ref:
+        g = ref["data/demo_0"]
+        expected = [1, int(g.attrs["num_samples"]), int(g["obs/front_rgb"][()].sum()), float(g["actions"][()].sum())]
+    assert [float(x) for x in out.split()] == expected  # the reader's version was not written to
+    assert_same_content(pick_k1, path)
+
+
 def test_resume_continues_from_the_next_seed(pick_k1, tmp_path):
     path = tmp_path / "r.hdf5"
     collect(path, episodes=2)

@@ -26,7 +26,10 @@ earlier episodes have finished) like this:
        chunks as they are: nothing is compressed twice) and rename it FILE.hdf5.partial.
 
 A kill at any point leaves FILE.hdf5 as either the previous or the new version, both complete; the
-scratch files are removed by the next run. Costs: twice the disk space while collecting, and every
+scratch files are removed by the next run. FILE.hdf5 can be read while collection runs: a reader that
+still has the previous version open when step 4 comes holds an HDF5 file lock on it, so the writer
+leaves that inode alone and makes FILE.hdf5.partial by a full copy instead (readers that turn HDF5
+file locking off must not keep the file open across commits). Costs: twice the disk space while collecting, and every
 demo is written twice (the second time a raw chunk copy). `resume=True` continues such a file from
 the episode after its last demo; episodes are deterministic given their seed, so the result equals an
 uninterrupted run's.
@@ -42,6 +45,7 @@ import os
 import shutil
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -375,10 +379,19 @@ class _Journal:
         self.demos += len(names)
         self.total += sum(len(ep) for ep in episodes)
         self.last_seed = episodes[-1].seed
-        with h5py.File(self.spare, "a") as dst, h5py.File(self.path, "r") as src:
-            for name in names:
-                dst["data"].copy(src["data"][name], name)
-            dst["data"].attrs["total"] = self.total
+        try:
+            dst = h5py.File(self.spare, "a")
+        except OSError as e:
+            # A reader still has the previous version open (HDF5 locks files it opens): leave that inode
+            # alone and make the twin afresh instead, a full copy.
+            logger.info("%s is still open elsewhere (%s); copying the new version instead", self.path, e)
+            self.spare.unlink()
+            shutil.copyfile(self.path, self.spare)
+        else:
+            with dst, h5py.File(self.path, "r") as src:
+                for name in names:
+                    dst["data"].copy(src["data"][name], name)
+                dst["data"].attrs["total"] = self.total
         os.replace(self.spare, self.partial)
 
 
@@ -560,6 +573,26 @@ def _make_envs(cfg: DemoConfig, num_envs: int) -> gym.vector.VectorEnv:
     )
 
 
+def _close(envs: gym.vector.VectorEnv, graceful: bool) -> None:
+    """Close the vector env; after an exception, terminate async workers instead of talking to them.
+
+    An interrupt can land inside `step_wait` after some workers' replies were read: a graceful close
+    would then wait forever for replies that were already consumed.
+    """
+    if graceful or not isinstance(envs, gym.vector.AsyncVectorEnv):
+        envs.close()
+        return
+    try:
+        with warnings.catch_warnings():  # "Calling close while waiting for a pending call": expected here
+            warnings.simplefilter("ignore")
+            envs.close(terminate=True)
+    except Exception:  # noqa: BLE001 - already unwinding from another error: make sure the workers end
+        for process in envs.processes:
+            if process.is_alive():
+                process.terminate()
+        envs.closed = True  # else its __del__ tries the same close again and prints the error
+
+
 def _prepare_output(cfg: DemoConfig) -> tuple[_Journal, int]:
     """Create or reopen the file; returns the journal and the first episode index to run."""
     path = Path(cfg.out)
@@ -602,11 +635,13 @@ def collect_demos(cfg: DemoConfig) -> DemoSummary:
     try:
         if remaining:
             envs = _make_envs(cfg, min(cfg.num_envs, remaining))
+            finished = False
             try:
                 collector = _Collector(envs, cfg, journal, first, bar)
                 collector.run()
+                finished = True
             finally:
-                envs.close()
+                _close(envs, graceful=finished)
     except KeyboardInterrupt:
         logger.warning(
             "interrupted: %s holds %d complete demos; resume=True (vlagym demos --resume) continues it",
