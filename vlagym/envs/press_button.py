@@ -111,6 +111,8 @@ class PressButtonEnv(VLAEnv):
         self.button_qpos = np.array([m.jnt_qposadr[m.joint(f"button{i}").id] for i in range(N_BUTTONS)])
         self.n_buttons, self.target_index = 0, 0
         self.present_qpos = self.button_qpos[:0]
+        self.rest_tops = np.zeros((N_BUTTONS, 3))
+        self.pressed_goal = np.zeros(3)
         self.colors: list[str] = []
         self.wrong_pressed = False
 
@@ -131,6 +133,9 @@ class PressButtonEnv(VLAEnv):
         self.n_buttons, self.target_index = n, target
         self.present_qpos = self.button_qpos[:n].copy()
         self.wrong_pressed = False
+        # Cap tops at rest, and the target's pressed height: fixed for the episode.
+        self.rest_tops = self.model.body_pos[self.button_bodies] + (0.0, 0.0, CAP_REST_TOP)
+        self.pressed_goal = self.rest_tops[target] - (0.0, 0.0, PRESSED_DEPTH)
 
     def instruction_fields(self) -> dict[str, str]:
         return {"color": self.colors[self.target_index]}
@@ -142,7 +147,7 @@ class PressButtonEnv(VLAEnv):
 
     def cap_top(self, i: int) -> np.ndarray:
         """Centre of button `i`'s cap top face, from its housing position and slide joint."""
-        top = self.model.body_pos[self.button_bodies[i]] + (0.0, 0.0, CAP_REST_TOP)
+        top = self.rest_tops[i].copy()
         top[2] += self.data.qpos[self.button_qpos[i]]
         return top
 
@@ -154,9 +159,7 @@ class PressButtonEnv(VLAEnv):
 
     def goal_position(self) -> np.ndarray:
         """Where the target cap's top face counts as pressed."""
-        goal = self.model.body_pos[self.button_bodies[self.target_index]] + (0.0, 0.0, CAP_REST_TOP)
-        goal[2] -= PRESSED_DEPTH
-        return goal
+        return self.pressed_goal
 
     def task_scalars(self) -> np.ndarray:
         depths = self.depths()
@@ -171,7 +174,8 @@ class PressButtonEnv(VLAEnv):
         target_pressed = bool(pressed[self.target_index])
         self.wrong_pressed |= bool(pressed.sum() > target_pressed)  # any button but the target
         # Fingertips (3 cm below the grasp site) on the cap's top face.
-        touch = self.cap_top(self.target_index) + (0.0, 0.0, PressExpert.fingertip)
+        touch = self.cap_top(self.target_index)
+        touch[2] += PressExpert.fingertip
         return {
             "success": target_pressed and not self.wrong_pressed,
             "target_pressed": target_pressed,

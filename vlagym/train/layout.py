@@ -1,7 +1,9 @@
 """The demonstration file format (HDF5, robomimic/LIBERO layout), shared by writer, validator and dataset.
 
     file attrs   format="vlagym-demos", format_version=1, vlagym_version, mujoco_version, created (ISO 8601)
-    /data        attrs: env_id, env_kwargs (JSON object), total (steps in complete demos), obs_keys (JSON list)
+    /data        attrs: env_id, env_kwargs (JSON object: everything `gym.make(env_id, **env_kwargs)` needs
+                 to rebuild the env, obs_mode/image_size/cameras included), total (steps in complete demos),
+                 obs_keys (JSON list)
     /data/demo_<i>               i = 0, 1, ...; attrs: num_samples N, seed, instruction, success (bool),
                                  task (the episode's task id: differs from env_id for VLA-MultiTask-v0),
                                  complete (bool, written last: a demo without it is unfinished)
