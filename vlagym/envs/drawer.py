@@ -490,13 +490,13 @@ class PutCupInDrawerEnv(_DrawerEnv):
     """Open the drawer and put the named cup in it.
 
     Task:
-        A cabinet with a closed drawer and one or two cups of distinct colours
+        A cabinet with a closed drawer and two cups of distinct colours
         stand on the table; the instruction names one cup. Pull the drawer
         open, then place that cup upright in it.
 
     Randomisations:
         Cabinet pose, start opening and drawer colour as VLA-OpenDrawer-v0
-        (the drawer's colour is never blue); 1-2 cups (split `distractors`:
+        (the drawer's colour is never blue); two cups (split `distractors`:
         the target plus 2-3 other objects, at least one another cup), their
         colours (distinct, never the drawer's; the target cup's held-out
         colour only under `unseen_combo`), positions beside the cabinet out of
@@ -516,7 +516,7 @@ class PutCupInDrawerEnv(_DrawerEnv):
 
     description = "Open the drawer, then put the named cup inside it."
     family = "long-horizon"
-    distractor_counts = {"train": (0, 1), "distractors": (2, 3)}
+    distractor_counts = {"train": (1, 1), "distractors": (2, 3)}
     templates: ClassVar[dict[str, tuple[str, ...]]] = {
         "train": (
             "open the drawer and put the {color} cup in it",
@@ -549,8 +549,8 @@ class PutCupInDrawerEnv(_DrawerEnv):
             extra = rng.choice(len(rest), size=int(rng.integers(lo, hi + 1)) - 1, replace=False)
             chosen = cups[:2] + [rest[i] for i in sorted(extra)]
             return chosen, int(rng.integers(2))
-        n_cups = 1 + int(rng.integers(0, self.distractor_counts["train"][1] + 1))
-        return cups[:n_cups], int(rng.integers(n_cups))
+        # Always two cups, so the colour word is needed.
+        return cups[:2], int(rng.integers(2))
 
     def instruction_fields(self) -> dict[str, str]:
         return {"color": self.target.color}

@@ -29,7 +29,7 @@ REST_TOLERANCE = (-0.005, 0.01)  # cup bottom height range above the fixture top
 MAX_TILT = np.deg2rad(20.0)  # the cup's axis this close to vertical counts as upright
 MAX_REST_SPEED = 0.1  # m/s: a cup still falling onto the fixture does not rest on it yet
 SLOTS = (("cup0", "cup"), ("cup1", "cup"), ("cup2", "cup"), ("cup3", "cup"), ("block0", "block"))
-DISTRACTORS = {"train": (0, 2), "distractors": (3, 4)}  # other objects besides the target
+DISTRACTORS = {"train": (1, 2), "distractors": (3, 4)}  # other objects besides the target
 
 
 def sample_scene(
@@ -97,7 +97,7 @@ class PlaceCupEnv(VLAEnv):
             n_other = int(rng.integers(DISTRACTORS["distractors"][0], DISTRACTORS["distractors"][1] + 1))
             chosen, spacing = self.objects[: n_other + 1], DISTRACTOR_SPACING  # four cups, then the block
         else:
-            n_cups = int(rng.integers(1, 4))
+            n_cups = int(rng.integers(2, 4))  # always another cup: the colour word is needed
             chosen, spacing = self.objects[:n_cups], MIN_SPACING
         cups = [o for o in chosen if o.kind == "cup"]
         target_index = int(rng.integers(len(cups)))
@@ -188,11 +188,11 @@ class PlaceCupOnPlateEnv(PlaceCupEnv):
     """Put the named cup on the plate.
 
     Task:
-        One to three cups of distinct colours and a plate stand on the table;
+        Two or three cups of distinct colours and a plate stand on the table;
         the instruction names one cup. Put that cup upright on the plate.
 
     Randomisations:
-        Number of cups (1-3), their colours (distinct; never a cup's held-out
+        Number of cups (2-3), their colours (distinct; never a cup's held-out
         colour outside `unseen_combo`), positions (x in [-0.12, 0.08], y in
         [-0.2, 0.2], at least 13 cm apart), yaw (uniform), which cup is the
         target; the plate's position (x in [-0.12, 0.06], y in [-0.16, 0.16],
@@ -240,7 +240,7 @@ class PlaceCupInBowlEnv(PlaceCupEnv):
     """Put the named cup in the bowl.
 
     Task:
-        One to three cups of distinct colours and a bowl (4 cm walls) stand on
+        Two or three cups of distinct colours and a bowl (4 cm walls) stand on
         the table; the instruction names one cup. Put that cup upright in the bowl.
 
     Randomisations:
