@@ -32,6 +32,7 @@ import vlagym
 from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
+from vlagym.io import atomic_write_text, temp_path
 from vlagym.train.demos import (
     COMPRESSIONS,
     CONFIG_SUFFIX,
@@ -68,23 +69,6 @@ def check_task(task: str) -> str:
 def _choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         raise UserError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-
-def _temp_path(path: Path) -> Path:
-    """A hidden sibling of `path` (same folder, so `os.replace` is atomic) that keeps its suffix.
-
-    Not `mkstemp`: that creates the file mode 0600, and the output should get the user's usual permissions.
-    """
-    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = _temp_path(path)
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------- vlagym list
@@ -201,7 +185,7 @@ def run_video(cfg: VideoConfig) -> int:
         raise UserError(f"--out {cfg.out!r} is a folder; give a file path ending in .mp4")
     if not os.access(out.parent, os.W_OK):
         raise UserError(f"cannot write to the output folder {str(out.parent)!r}")
-    tmp = _temp_path(out)
+    tmp = temp_path(out)
 
     # The camera is read from the image observation, so any camera the env knows can be recorded.
     env = gym.make(
@@ -242,7 +226,7 @@ def run_video(cfg: VideoConfig) -> int:
         "episodes": episodes,
     }
     meta = out.with_name(out.name + ".json")
-    _atomic_write_text(meta, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(meta, json.dumps(record, indent=2) + "\n")
     print(f"wrote {out} ({frames} frames, {record['successes']}/{len(episodes)} successful); config: {meta}")
     return EXIT_OK
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from vlagym.io import atomic_write_json
 from vlagym.train import layout
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 from vlagym.wrappers.normalize import NormStats
@@ -241,15 +242,6 @@ def _read_cached_stats(cache: Path, signature: dict[str, int], bins: int) -> Sta
     return blob["stats"]
 
 
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def load_or_compute_stats(path: PathLike, recompute: bool = False, bins: int = STATS_BINS) -> Stats:
     """The statistics of one demo file, from its cache `FILE.stats.json` when that matches the file.
 
@@ -273,7 +265,7 @@ def load_or_compute_stats(path: PathLike, recompute: bool = False, bins: int = S
         "stats": stats,
     }
     try:
-        _atomic_write_json(cache, blob)
+        atomic_write_json(cache, blob)
     except OSError as err:
         logger.warning("could not cache statistics at %s: %s", cache, err)
     return stats

@@ -61,6 +61,7 @@ import vlagym
 from vlagym.envs.base import CAMERAS, OBS_MODES
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import Robot
+from vlagym.io import atomic_write_json
 from vlagym.train import layout
 
 logger = logging.getLogger(__name__)
@@ -441,13 +442,7 @@ def _check_resumable(path: Path, cfg: DemoConfig) -> None:
 
 
 def _write_config(path: Path, cfg: DemoConfig) -> None:
-    target = path.with_name(path.name + CONFIG_SUFFIX)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_json(path.with_name(path.name + CONFIG_SUFFIX), dataclasses.asdict(cfg))
 
 
 # ---------------------------------------------------------------------------- the collection loop

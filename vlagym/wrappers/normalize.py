@@ -30,6 +30,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vlagym.io import atomic_write_json
+
 MODES = ("mean_std", "min_max", "quantile")
 STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 FORMAT = "vlagym-normstats"
@@ -162,14 +164,7 @@ class NormStats:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write JSON atomically (a temp file in the same folder, then `os.replace`)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(self.to_dict(), indent=1))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+        return atomic_write_json(path, self.to_dict(), indent=1)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NormStats:

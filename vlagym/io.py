@@ -1,0 +1,33 @@
+"""Small file helpers shared by every part that writes: nothing is ever half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def temp_path(path: Path) -> Path:
+    """A hidden sibling of `path` (same folder, so `os.replace` is atomic) that keeps its suffix.
+
+    Not `mkstemp`: that creates the file mode 0600, and outputs should get the user's usual permissions.
+    """
+    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` via a temp file and `os.replace`: readers see the old or the new file, never a part."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
+    """`obj` as JSON (plus a final newline), written atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
