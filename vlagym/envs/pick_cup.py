@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -101,29 +102,10 @@ class PickCupEnv(VLAEnv):
 
     # ------------------------------------------------------------------ success and reward
     def evaluate(self) -> dict[str, Any]:
-        pos = self.target.pos(self.data)
-        grasp_point = pos + (0.0, 0.0, 0.5 * self.target.height)
-        height = pos[2]
-        left, right = self.pad_contacts()
-        held = left & right
-        grasped = self.target.body in held
-        wrong = any(o.body in held for o in self.objects if o.present and o is not self.target)
-        return {
-            "success": grasped and height >= LIFT_HEIGHT,
-            "grasped": grasped,
-            "wrong_object_grasped": wrong,
-            "lifted": height >= LIFT_HEIGHT,
-            "target_height": float(height),
-            "reach_distance": float(np.linalg.norm(self.data.site_xpos[self.robot.ee_site] - grasp_point)),
-        }
+        return lift_predicates(self, self.target, 0.5 * self.target.height)
 
     def reward_terms(self, evaluation: dict[str, Any]) -> dict[str, float]:
-        grasped = float(evaluation["grasped"])
-        return {
-            "reach": float(1.0 - np.tanh(10.0 * evaluation["reach_distance"])),
-            "grasp": grasped,
-            "lift": grasped * float(np.clip(evaluation["target_height"] / LIFT_HEIGHT, 0.0, 1.0)),
-        }
+        return lift_terms(evaluation)
 
     # ------------------------------------------------------------------ expert support
     def expert_target(self) -> dict[str, Any]:
@@ -135,3 +117,32 @@ class PickCupEnv(VLAEnv):
             "yaw_period": np.pi,
             "height": self.target.height,
         }
+
+
+def lift_predicates(env: VLAEnv, target: FreeObject, grasp_z: float) -> dict[str, Any]:
+    """Success and predicates of the pick tasks: `target` held by both pads, its bottom
+    `LIFT_HEIGHT` above the table; `grasp_z` is where on the object the reach term aims."""
+    pos = target.pos(env.data)
+    height = float(pos[2])
+    left, right = env.pad_contacts()
+    held = left & right
+    grasped = target.body in held
+    pos[2] += grasp_z
+    return {
+        "success": grasped and height >= LIFT_HEIGHT,
+        "grasped": grasped,
+        "wrong_object_grasped": any(o.body in held for o in env.objects if o.present and o is not target),
+        "lifted": height >= LIFT_HEIGHT,
+        "target_height": height,
+        "reach_distance": math.dist(env.data.site_xpos[env.robot.ee_site], pos),
+    }
+
+
+def lift_terms(evaluation: dict[str, Any]) -> dict[str, float]:
+    """Staged dense reward of the pick tasks: reach, grasp, lift (lift counts only while grasped)."""
+    grasped = float(evaluation["grasped"])
+    return {
+        "reach": 1.0 - math.tanh(10.0 * evaluation["reach_distance"]),
+        "grasp": grasped,
+        "lift": grasped * min(max(evaluation["target_height"] / LIFT_HEIGHT, 0.0), 1.0),
+    }

@@ -9,8 +9,8 @@ import numpy as np
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import PickExpert
 from vlagym.envs.objects import OBJECT_XML, FreeObject, sample_colors, sample_layout
+from vlagym.envs.pick_cup import lift_predicates, lift_terms
 
-LIFT_HEIGHT = 0.05  # success: the object's bottom this far above the table, while held
 GRASP_HEIGHT = 0.045  # objects are grasped half-way up, but no higher than this above their bottom ...
 MIN_GRASP_HEIGHT = 0.036  # ... and no lower than this: the pads reach 3 cm below the grasp site
 WORKSPACE = ((-0.12, 0.08), (-0.2, 0.2))  # x and y ranges of object centres
@@ -127,29 +127,10 @@ class PickObjectEnv(VLAEnv):
 
     # ------------------------------------------------------------------ success and reward
     def evaluate(self) -> dict[str, Any]:
-        pos = self.target.pos(self.data)
-        grasp_point = pos + (0.0, 0.0, grasp_height(self.target.height))
-        height = pos[2]
-        left, right = self.pad_contacts()
-        held = left & right
-        grasped = self.target.body in held
-        wrong = any(o.body in held for o in self.objects if o.present and o is not self.target)
-        return {
-            "success": grasped and height >= LIFT_HEIGHT,
-            "grasped": grasped,
-            "wrong_object_grasped": wrong,
-            "lifted": height >= LIFT_HEIGHT,
-            "target_height": float(height),
-            "reach_distance": float(np.linalg.norm(self.data.site_xpos[self.robot.ee_site] - grasp_point)),
-        }
+        return lift_predicates(self, self.target, grasp_height(self.target.height))
 
     def reward_terms(self, evaluation: dict[str, Any]) -> dict[str, float]:
-        grasped = float(evaluation["grasped"])
-        return {
-            "reach": float(1.0 - np.tanh(10.0 * evaluation["reach_distance"])),
-            "grasp": grasped,
-            "lift": grasped * float(np.clip(evaluation["target_height"] / LIFT_HEIGHT, 0.0, 1.0)),
-        }
+        return lift_terms(evaluation)
 
     # ------------------------------------------------------------------ expert support
     def expert_target(self) -> dict[str, Any]:
