@@ -6,6 +6,8 @@
                                          scripted-expert demonstrations (HDF5)
     vlagym dataset info pick.hdf5        summary of a demo file
     vlagym dataset check pick.hdf5       layout check (exit code 1 when problems are found)
+    vlagym eval --policy CKPT|expert --tasks VLA-PickCup-v0 --episodes 50 --num-envs 4 --seed 100000 --out eval/
+                                         success rates with Wilson 95% intervals (results.json, results.md)
 
 User errors (unknown task, bad option value, unwritable output) print one line
 on stderr and return exit code 2; they never show a traceback. A demo file that
@@ -32,6 +34,7 @@ import vlagym
 from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
+from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
 from vlagym.io import atomic_write_text, temp_path
 from vlagym.train.demos import (
     COMPRESSIONS,
@@ -316,6 +319,49 @@ def run_dataset(cfg: DatasetConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym eval
+def eval_config(args: argparse.Namespace) -> EvalConfig:
+    """The `EvalConfig` of `vlagym eval` arguments (`--env-kwargs` is a JSON object)."""
+    tasks = [check_task(t) for t in args.tasks or []]
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {args.env_kwargs!r}") from e
+    if not isinstance(env_kwargs, dict):
+        raise UserError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    try:
+        return EvalConfig(
+            policy=args.policy,
+            tasks=tasks,
+            episodes=args.episodes,
+            num_envs=args.num_envs,
+            seed=args.seed,
+            out=args.out,
+            env_kwargs=env_kwargs,
+            videos=args.videos,
+            vectorization=args.vectorization,
+            image_size=args.image_size,
+            cameras=args.cameras,
+            progress=not args.no_progress,
+        )
+    except EvalError as e:
+        raise UserError(str(e)) from e
+
+
+def run_eval(cfg: EvalConfig) -> int:
+    try:
+        results = evaluate(cfg)
+    except EvalError as e:
+        raise UserError(str(e)) from e
+    except (TypeError, ValueError) as e:  # env kwargs the task rejects (unknown name, bad value)
+        if not cfg.env_kwargs:
+            raise
+        raise UserError(f"the env rejected --env-kwargs {json.dumps(cfg.env_kwargs)}: {e}") from e
+    print(format_results(results))
+    print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'} (folder {cfg.out})")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- parser and main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -354,7 +400,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_demos_parser(sub)
     _add_dataset_parser(sub)
+    _add_eval_parser(sub)
     return parser
+
+
+def _add_eval_parser(sub) -> None:
+    d = EvalConfig.__dataclass_fields__
+    p = sub.add_parser(
+        "eval",
+        help="success rate of a checkpoint or the scripted expert",
+        description="Evaluate a policy in vector envs: episode i of each task uses seed SEED+i (identical initial "
+        "states for any two policies). Writes OUT/results.json, OUT/results.md and OUT/eval_config.json.",
+    )
+    p.add_argument("--policy", required=True, help="checkpoint folder, or 'expert' for the scripted expert")
+    p.add_argument("--tasks", nargs="+", default=None, help="task ids (default: the checkpoint's task)")
+    p.add_argument("--episodes", type=int, default=d["episodes"].default, help="per task (default: %(default)s)")
+    p.add_argument(
+        "--num-envs", type=int, default=d["num_envs"].default, help="parallel sub-envs (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=d["seed"].default, help="episode i uses seed+i (default: %(default)s)")
+    p.add_argument("--out", default=d["out"].default, help="output folder (default: %(default)s)")
+    p.add_argument(
+        "--env-kwargs",
+        default="{}",
+        help='JSON object overriding the checkpoint\'s env kwargs, e.g. \'{"split": "lighting"}\'',
+    )
+    p.add_argument("--videos", type=int, default=0, help="mp4s of the first N episodes per task (default: 0)")
+    p.add_argument(
+        "--vectorization",
+        default=d["vectorization"].default,
+        help="sync or async (the expert needs sync; default: %(default)s)",
+    )
+    p.add_argument("--image-size", type=int, default=None, help="camera image side (default: the checkpoint's)")
+    p.add_argument("--cameras", nargs="+", default=None, help="cameras (default: the checkpoint's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _add_demos_parser(sub) -> None:
@@ -411,7 +490,11 @@ def _add_dataset_parser(sub) -> None:
     a.add_argument("file", help="demo file (.hdf5)")
 
 
-def _config_from_args(args: argparse.Namespace) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig:
+def _config_from_args(
+    args: argparse.Namespace,
+) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig:
+    if args.command == "eval":
+        return eval_config(args)
     if args.command == "list":
         return ListConfig(markdown=args.markdown)
     if args.command == "demos":
@@ -453,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demos(cfg)
         if isinstance(cfg, DatasetConfig):
             return run_dataset(cfg)
+        if isinstance(cfg, EvalConfig):
+            return run_eval(cfg)
         return run_video(cfg)
     except UserError as e:
         print(f"vlagym {args.command}: error: {e}", file=sys.stderr)
