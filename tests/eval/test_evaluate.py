@@ -197,3 +197,26 @@ def test_missing_policies_package_is_a_clear_error(zero_checkpoint, monkeypatch)
     monkeypatch.setitem(sys.modules, "vlagym.policies", None)  # makes the import fail
     with pytest.raises(EvalError, match="vlagym.policies is not available"):
         CheckpointPolicy(zero_checkpoint)
+
+
+# ---------------------------------------------------------------------------- a real VLAPolicy checkpoint
+def test_real_checkpoint_is_evaluated_with_its_own_env_settings(tmp_path):
+    policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
+    config = policies.VLAConfig(
+        cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
+        chunk_size=4, trunk_layers=1,
+    )  # fmt: skip
+    folder = tmp_path / "ckpt"
+    policies.save_checkpoint(
+        policies.VLAPolicy(config), folder, extra={"env_id": PICK, "env_kwargs": {"max_episode_steps": 5}}
+    )
+    runs = []
+    for name, num_envs in (("a", 1), ("b", 1), ("c", 2)):
+        cfg = EvalConfig(policy=str(folder), episodes=3, num_envs=num_envs, out=str(tmp_path / name), progress=False)
+        runs.append(evaluate(cfg))
+    s = runs[0]["tasks"][PICK]
+    assert runs[0]["env_kwargs"] == {"obs_mode": "rgb", "image_size": 32, "cameras": ["front"], "max_episode_steps": 5}
+    assert s["n"] == 3 and [e["length"] for e in s["episodes"]] == [5, 5, 5]
+    assert 0.0 <= s["ci95"][0] <= s["success_rate"] <= s["ci95"][1] <= 1.0
+    assert runs[1]["tasks"][PICK]["episodes"] == s["episodes"]  # deterministic head, same seeds: same episodes
+    assert [e["instruction"] for e in runs[2]["tasks"][PICK]["episodes"]] == [e["instruction"] for e in s["episodes"]]

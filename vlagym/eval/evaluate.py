@@ -114,7 +114,14 @@ class CheckpointPolicy:
         extra = config.get("extra") or {}
         self.folder = Path(folder)
         self.env_id: str | None = extra.get("env_id")
-        self.env_kwargs: dict[str, Any] = dict(extra.get("env_kwargs") or {})
+        # What the policy reads (rgb, its cameras, its image size), then whatever env kwargs training used.
+        policy_config = config.get("config") or {}
+        self.env_kwargs: dict[str, Any] = {"obs_mode": "rgb"}
+        if "image_size" in policy_config:
+            self.env_kwargs["image_size"] = policy_config["image_size"]
+        if "cameras" in policy_config:
+            self.env_kwargs["cameras"] = list(policy_config["cameras"])
+        self.env_kwargs.update(extra.get("env_kwargs") or {})
         self.policy = VLAPolicy.from_pretrained(self.folder)
         if device is not None:
             self.policy.to(device)
