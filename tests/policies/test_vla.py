@@ -1,0 +1,222 @@
+"""VLAPolicy: shapes, losses that learn, masking, the instruction mattering, action queue, determinism, configs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vlagym.policies import VLAConfig, VLAPolicy
+from vlagym.wrappers.language import Tokenizer
+from vlagym.wrappers.normalize import NormStats
+
+K, A, P = 4, 7, 23
+TINY = dict(image_size=32, vision_channels=(8, 16), hidden_dim=32, text_layers=1, chunk_size=K)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_tasks()
+
+
+def tiny(tokenizer: Tokenizer, **overrides) -> VLAPolicy:
+    torch.manual_seed(0)
+    return VLAPolicy(VLAConfig(**{**TINY, **overrides}), tokenizer)
+
+
+def make_batch(b: int = 4, size: int = 32, seed: int = 0, instructions=None) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "observation.images.front": torch.randint(0, 256, (b, 3, size, size), generator=g, dtype=torch.uint8),
+        "observation.images.wrist": torch.randint(0, 256, (b, 3, size, size), generator=g, dtype=torch.uint8),
+        "observation.proprio": torch.randn(b, P, generator=g),
+        "instruction": instructions or ["pick up the red cup"] * b,
+        "action": torch.randn(b, K, A, generator=g) * 0.5 + 0.2,
+        "action_is_pad": torch.zeros(b, K, dtype=torch.bool),
+    }
+
+
+def train(policy: VLAPolicy, batch: dict, steps: int, lr: float = 3e-3) -> list[float]:
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    losses = []
+    policy.train()
+    for _ in range(steps):
+        loss, metrics = policy(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(metrics["loss"])
+    policy.eval()
+    return losses
+
+
+@pytest.mark.parametrize("head", ["l1", "flow"])
+def test_shapes_and_image_resize(tokenizer, head):
+    policy = tiny(tokenizer, head=head)
+    batch = make_batch(b=3, size=48)  # resized to 32 inside
+    loss, metrics = policy(batch)
+    assert loss.ndim == 0 and np.isfinite(metrics["loss"])
+    assert policy.predict_action_chunk(batch).shape == (3, K, A)
+    assert policy.select_action(batch).shape == (3, A)
+
+
+def eval_loss(policy: VLAPolicy, batch: dict, seeds: int = 8) -> float:
+    out = []
+    with torch.no_grad():
+        for seed in range(seeds):
+            torch.manual_seed(seed)
+            out.append(policy(batch)[1]["loss"])
+    return float(np.mean(out))
+
+
+# Flow matching learns more slowly: its loss has a floor well above 0 (the velocity is ill-posed near t = 1).
+@pytest.mark.parametrize("head, steps, ratio", [("l1", 30, 0.6), ("flow", 60, 0.9)])
+def test_loss_decreases(tokenizer, head, steps, ratio):
+    policy = tiny(tokenizer, head=head)
+    batch = make_batch()
+    before = eval_loss(policy, batch)
+    losses = train(policy, batch, steps)
+    assert all(np.isfinite(losses))
+    after = eval_loss(policy, batch)  # same draws of flow time and noise as `before`
+    assert after < ratio * before, (before, after, losses)
+
+
+def test_l1_loss_ignores_padded_actions(tokenizer):
+    policy = tiny(tokenizer)
+    batch = make_batch()
+    batch["action_is_pad"][:, 2:] = True
+    loss, _ = policy(batch)
+    changed = dict(batch, action=batch["action"].clone())
+    changed["action"][:, 2:] += 100.0
+    assert torch.equal(policy(changed)[0], loss)
+    changed["action"][:, 1] += 1.0  # a real action does count
+    assert not torch.equal(policy(changed)[0], loss)
+
+
+def test_flow_loss_ignores_padded_actions(tokenizer):
+    policy = tiny(tokenizer, head="flow")
+    batch = make_batch()
+    batch["action_is_pad"][:, 3:] = True
+    changed = dict(batch, action=batch["action"].clone())
+    changed["action"][:, 3:] += 100.0
+    torch.manual_seed(5)
+    loss = policy(batch)[0]
+    torch.manual_seed(5)
+    assert torch.allclose(policy(changed)[0], loss)
+
+
+def test_instruction_changes_the_action(tokenizer):
+    """Identical images and proprio; only the instruction says the sign of action dim 0."""
+    policy = tiny(tokenizer, film=True)
+    instructions = ["pick up the red cup", "pick up the blue cup"] * 4
+    batch = make_batch(b=8, instructions=instructions)
+    for key in ("observation.images.front", "observation.images.wrist", "observation.proprio"):
+        batch[key] = batch[key][:1].expand_as(batch[key]).clone()
+    sign = torch.tensor([1.0, -1.0] * 4)
+    batch["action"] = torch.zeros(8, K, A)
+    batch["action"][:, :, 0] = sign[:, None]
+    train(policy, batch, 200)
+    pred = policy.predict_action_chunk(batch)[:, :, 0]
+    assert (pred[0::2] > 0.5).all() and (pred[1::2] < -0.5).all(), pred
+
+
+def test_select_action_uses_the_queue_and_reset_clears_it(tokenizer):
+    policy = tiny(tokenizer, n_action_steps=3)
+    batch = make_batch(b=2)
+    calls = []
+    inner = policy.predict_action_chunk
+
+    def counted(b, generator=None):
+        calls.append(1)
+        return inner(b, generator)
+
+    policy.predict_action_chunk = counted
+    chunk = inner(batch)
+    actions = [policy.select_action(batch) for _ in range(7)]
+    assert len(calls) == 3  # steps 0, 3, 6
+    assert torch.allclose(torch.stack(actions[:3], 1), chunk[:, :3])
+    assert torch.allclose(actions[3], chunk[:, 0])  # the queue restarts from a new chunk's first action
+    policy.reset()
+    policy.select_action(batch)
+    assert len(calls) == 4
+
+
+def test_temporal_ensemble_averages_overlapping_chunks(tokenizer):
+    policy = tiny(tokenizer, temporal_ensemble=True, ensemble_coeff=0.0)
+    assert policy.config.n_action_steps == 1
+    chunks = iter([torch.arange(K, dtype=torch.float32).view(1, K, 1).expand(1, K, A) + 10 * i for i in range(3)])
+    policy.predict_action_chunk = lambda b, generator=None: next(chunks)
+    batch = make_batch(b=1)
+    # step 0: chunk0[0] = 0; step 1: mean(chunk0[1], chunk1[0]) = mean(1, 10); step 2: mean(2, 11, 20)
+    got = [policy.select_action(batch)[0, 0].item() for _ in range(3)]
+    assert got == pytest.approx([0.0, 5.5, 11.0])
+
+
+def test_flow_inference_is_deterministic_for_a_seed(tokenizer):
+    policy = tiny(tokenizer, head="flow").eval()
+    batch = make_batch(b=2)
+    a = policy.predict_action_chunk(batch, torch.Generator().manual_seed(3))
+    b = policy.predict_action_chunk(batch, torch.Generator().manual_seed(3))
+    c = policy.predict_action_chunk(batch, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_normalisation_stats_map_actions_to_env_units(tokenizer):
+    policy = tiny(tokenizer)
+    rng = np.random.default_rng(0)
+    stats = NormStats.from_arrays({"action": rng.normal(3.0, 2.0, (500, A)), "proprio": rng.normal(size=(500, P))})
+    policy.set_stats({"actions": stats["action"].to_dict(), "proprio": stats["proprio"].to_dict()})
+    assert torch.allclose(policy.action_offset, torch.tensor(stats["action"].mean, dtype=torch.float32))
+    # the head's zero output (bias and weights zeroed) is the action mean in env units
+    torch.nn.init.zeros_(policy.head.weight)
+    torch.nn.init.zeros_(policy.head.bias)
+    pred = policy.predict_action_chunk(make_batch(b=1))
+    assert torch.allclose(pred[0, 0], policy.action_offset)
+    with pytest.raises(KeyError, match="proprio"):
+        policy.set_stats({"actions": stats["action"].to_dict()})
+
+
+def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
+    policy = tiny(tokenizer).eval()
+    batch = make_batch(b=2)
+    obs = {
+        "images": {cam: batch[f"observation.images.{cam}"].permute(0, 2, 3, 1).numpy() for cam in ("front", "wrist")},
+        "proprio": batch["observation.proprio"].numpy(),
+        "instruction": tuple(batch["instruction"]),
+    }
+    assert torch.equal(policy.predict_action_chunk(policy.batch_from_obs(obs)), policy.predict_action_chunk(batch))
+    tokens = dict(obs, instruction=np.stack([tokenizer.encode(s, 16) for s in obs["instruction"]]))
+    assert torch.equal(policy.predict_action_chunk(policy.batch_from_obs(tokens)), policy.predict_action_chunk(batch))
+    single = {"images": {c: v[0] for c, v in obs["images"].items()}, "proprio": obs["proprio"][0],
+              "instruction": obs["instruction"][0]}  # fmt: skip
+    assert policy.select_action(policy.batch_from_obs(single)).shape == (1, A)
+    with pytest.raises(KeyError, match="wrist"):
+        policy.batch_from_obs(dict(obs, images={"front": obs["images"]["front"]}))
+
+
+@pytest.mark.parametrize(
+    "kwargs, quoted",
+    [
+        (dict(head="l2"), "'l2'"),
+        (dict(chunk_size=5, n_action_steps=6), "n_action_steps=6"),
+        (dict(cameras=("front", "top")), "'top'"),
+        (dict(normalization="zscore"), "'zscore'"),
+        (dict(image_size=0), "0"),
+        (dict(hidden_dim=30, text_heads=4), "text_heads=4"),
+        (dict(temporal_ensemble=True, n_action_steps=2), "2"),
+        (dict(vision_channels=(8, -1)), "-1"),
+    ],
+)
+def test_bad_configs_raise_quoting_the_value(kwargs, quoted):
+    with pytest.raises(ValueError) as err:
+        VLAConfig(**kwargs)
+    assert quoted in str(err.value)
+
+
+def test_config_round_trips_through_json():
+    import json
+
+    cfg = VLAConfig(**TINY, head="flow")
+    assert VLAConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="bogus"):
+        VLAConfig.from_dict({**cfg.to_dict(), "bogus": 1})

@@ -1,0 +1,343 @@
+"""A small vision-language-action policy: per-camera CNNs (FiLM-conditioned on the instruction), an instruction
+transformer, a proprio MLP, a trunk, and an action-chunk head (L1 regression or flow matching).
+
+Batches use the keys of `vlagym.train.dataset.DemoDataset`: ``observation.images.<camera>`` uint8 ``(B, 3, H, W)``,
+``observation.proprio`` ``(B, 23)``, ``instruction`` (list of str) or ``instruction_tokens`` ``(B, L)`` int64,
+and for training ``action`` ``(B, K, A)`` in env units with ``action_is_pad`` ``(B, K)``. Proprio and actions are
+normalised inside the model with statistics held in buffers (`set_stats`), so a checkpoint is self-contained.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vlagym.policies.config import VLAConfig
+from vlagym.wrappers.language import PAD_ID, Tokenizer
+from vlagym.wrappers.normalize import NormStats
+
+logger = logging.getLogger(__name__)
+
+IMAGE_KEY = "observation.images."
+PROPRIO_KEY = "observation.proprio"
+
+
+def _mlp(dims: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers.append(nn.GELU())
+    return nn.Sequential(*layers)
+
+
+def _groups(channels: int) -> int:
+    return math.gcd(channels, 8)
+
+
+class FiLMConvEncoder(nn.Module):
+    """Stride-2 conv blocks (conv, GroupNorm, optional FiLM, GELU), global average pool, projection."""
+
+    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool):
+        super().__init__()
+        self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
+        self.films = nn.ModuleList() if film else None
+        c_in = 3
+        for c in channels:
+            self.convs.append(nn.Conv2d(c_in, c, kernel_size=3, stride=2, padding=1))
+            self.norms.append(nn.GroupNorm(_groups(c), c))
+            if self.films is not None:
+                f = nn.Linear(cond_dim, 2 * c)
+                # Zero init: FiLM starts as the identity, so early training is not disturbed by random modulation.
+                nn.init.zeros_(f.weight)
+                nn.init.zeros_(f.bias)
+                self.films.append(f)
+            c_in = c
+        self.proj = nn.Linear(c_in, out_dim)
+
+    def forward(self, images: Tensor, cond: Tensor) -> Tensor:
+        x = images
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            x = norm(conv(x))
+            if self.films is not None:
+                gamma, beta = self.films[i](cond).chunk(2, dim=-1)
+                x = x * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
+            x = F.gelu(x)
+        return self.proj(x.mean(dim=(-2, -1)))
+
+
+class InstructionEncoder(nn.Module):
+    """Token + position embeddings, a small transformer encoder, mean pool over the non-padding tokens."""
+
+    def __init__(self, vocab_size: int, max_tokens: int, dim: int, layers: int, heads: int):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, dim, padding_idx=PAD_ID)
+        self.positions = nn.Parameter(torch.randn(max_tokens, dim) * 0.02)
+        self.encoder = (
+            nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(
+                    dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
+                ),
+                layers,
+                enable_nested_tensor=False,
+            )
+            if layers > 0
+            else None
+        )
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        pad = ids == PAD_ID
+        # An all-padding row (empty instruction) would give NaN attention; let it attend to its first slot.
+        pad[:, 0] &= ~pad.all(dim=1)
+        x = self.tokens(ids) + self.positions[: ids.shape[1]]
+        if self.encoder is not None:
+            x = self.encoder(x, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).to(x.dtype)
+        return self.norm((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))
+
+
+def _time_embedding(t: Tensor, dim: int) -> Tensor:
+    """Sinusoidal features of t in [0, 1] (B,) -> (B, dim)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device, dtype=t.dtype) / max(half - 1, 1))
+    angles = 1000.0 * t[:, None] * freqs[None]
+    emb = torch.cat([angles.sin(), angles.cos()], dim=-1)
+    return F.pad(emb, (0, dim - emb.shape[-1]))
+
+
+class VLAPolicy(nn.Module):
+    """Vision-language-action policy with an action-chunk head; see the module docstring for batch keys.
+
+    Args:
+        config: architecture and acting settings.
+        tokenizer: vocabulary of the instruction encoder (default `Tokenizer.from_tasks()`); saved with the policy.
+    """
+
+    def __init__(self, config: VLAConfig | None = None, tokenizer: Tokenizer | None = None):
+        super().__init__()
+        self.config = cfg = config if config is not None else VLAConfig()
+        if not isinstance(cfg, VLAConfig):
+            raise TypeError(f"config must be a VLAConfig, got {type(cfg).__name__}")
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_tasks()
+        h, chunk = cfg.hidden_dim, cfg.chunk_size * cfg.action_dim
+        self.text = InstructionEncoder(self.tokenizer.vocab_size, cfg.max_tokens, h, cfg.text_layers, cfg.text_heads)
+        self.vision = nn.ModuleDict({cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras})
+        self.proprio = _mlp([cfg.proprio_dim, h, h])
+        trunk_in = h * (len(cfg.cameras) + 2)
+        self.trunk = nn.Sequential(_mlp([trunk_in] + [h] * cfg.trunk_layers), nn.GELU())
+        if cfg.head == "l1":
+            self.head = nn.Linear(h, chunk)
+        else:  # flow: velocity of the noisy chunk given trunk features and flow time
+            self.head = _mlp([h + h + chunk, 2 * h, 2 * h, chunk])
+        # Identity normalisation until `set_stats`; saved in the state dict either way.
+        self.register_buffer("action_offset", torch.zeros(cfg.action_dim))
+        self.register_buffer("action_scale", torch.ones(cfg.action_dim))
+        self.register_buffer("proprio_offset", torch.zeros(cfg.proprio_dim))
+        self.register_buffer("proprio_scale", torch.ones(cfg.proprio_dim))
+        self.norm_stats: NormStats | None = None
+        self._queue: deque[Tensor] = deque()
+        self._ensemble: Tensor | None = None  # (B, K-1, A) running averages of the steps ahead
+        self._ensemble_count: Tensor | None = None  # (K-1,) predictions averaged per step ahead
+
+    # ------------------------------------------------------------------ statistics
+    def set_stats(self, stats: Mapping[str, Any] | NormStats) -> None:
+        """Normalisation from dataset statistics (`load_or_compute_stats` output or a `NormStats`) into buffers.
+
+        Uses the config's `normalization` mode; needs "action" (or the dataset's "actions") and "proprio".
+        """
+        from vlagym.train.dataset import to_norm_stats
+
+        norm = to_norm_stats(stats, mode=self.config.normalization)
+        mode = self.config.normalization
+        for key, dim in (("action", self.config.action_dim), ("proprio", self.config.proprio_dim)):
+            shape = norm[key].shape
+            if shape != (dim,):
+                raise ValueError(f"statistics of {key!r} have shape {shape}, the policy expects ({dim},)")
+            offset = norm.unnormalize(key, np.zeros(dim), mode)
+            scale = norm.unnormalize(key, np.ones(dim), mode) - offset
+            getattr(self, f"{key}_offset").copy_(torch.as_tensor(offset, dtype=torch.float32))
+            getattr(self, f"{key}_scale").copy_(torch.as_tensor(scale, dtype=torch.float32))
+        self.norm_stats = norm
+
+    # ------------------------------------------------------------------ inputs
+    @property
+    def device(self) -> torch.device:
+        return self.action_offset.device
+
+    def tokenize(self, instructions: list[str] | tuple[str, ...]) -> Tensor:
+        """(B, max_tokens) int64 ids of the instruction strings."""
+        ids = np.stack([self.tokenizer.encode(text, self.config.max_tokens) for text in instructions])
+        return torch.from_numpy(ids)
+
+    def _images(self, batch: Mapping[str, Any], cam: str) -> Tensor:
+        key = IMAGE_KEY + cam
+        if key not in batch:
+            raise KeyError(
+                f"batch has no {key!r} (the policy reads cameras {list(self.config.cameras)}); "
+                f"its keys: {sorted(batch)}"
+            )
+        x = torch.as_tensor(batch[key], device=self.device)
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        if x.ndim != 4 or x.shape[1] != 3:
+            raise ValueError(f"{key!r} must be (B, 3, H, W), got shape {tuple(x.shape)}")
+        size = self.config.image_size
+        if x.shape[-2:] != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        return x * 2.0 - 1.0
+
+    def _tokens(self, batch: Mapping[str, Any]) -> Tensor:
+        if "instruction_tokens" in batch:
+            ids = torch.as_tensor(batch["instruction_tokens"], dtype=torch.long)
+        elif "instruction" in batch:
+            text = batch["instruction"]
+            ids = self.tokenize([text] if isinstance(text, str) else list(text))
+        else:
+            raise KeyError(f"batch needs 'instruction' (str list) or 'instruction_tokens'; its keys: {sorted(batch)}")
+        if ids.ndim != 2 or ids.shape[1] > self.config.max_tokens:
+            raise ValueError(f"instruction tokens must be (B, L<={self.config.max_tokens}), got {tuple(ids.shape)}")
+        return ids.to(self.device)
+
+    def features(self, batch: Mapping[str, Any]) -> Tensor:
+        """(B, hidden_dim) trunk features of the observation and instruction."""
+        text = self.text(self._tokens(batch))
+        proprio = torch.as_tensor(batch[PROPRIO_KEY], device=self.device).float()
+        proprio = (proprio - self.proprio_offset) / self.proprio_scale
+        parts = [self.vision[cam](self._images(batch, cam), text) for cam in self.config.cameras]
+        return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
+
+    # ------------------------------------------------------------------ heads
+    def _velocity(self, feats: Tensor, x: Tensor, t: Tensor) -> Tensor:
+        inp = torch.cat([feats, _time_embedding(t, self.config.hidden_dim), x.flatten(1)], dim=-1)
+        return self.head(inp).view_as(x)
+
+    def forward(self, batch: Mapping[str, Any]) -> tuple[Tensor, dict[str, float]]:
+        """Training loss over the non-padded actions of the chunk, and metrics (floats)."""
+        cfg = self.config
+        feats = self.features(batch)
+        target = torch.as_tensor(batch["action"], device=self.device).float()
+        if target.shape[1:] != (cfg.chunk_size, cfg.action_dim):
+            raise ValueError(f"action must be (B, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(target.shape)}")
+        target = (target - self.action_offset) / self.action_scale
+        pad = batch.get("action_is_pad")
+        valid = (
+            torch.ones(target.shape[:2], device=self.device)
+            if pad is None
+            else (~torch.as_tensor(pad, device=self.device, dtype=torch.bool)).float()
+        )
+        denom = (valid.sum() * cfg.action_dim).clamp_min(1.0)
+        if cfg.head == "l1":
+            pred = self.head(feats).view_as(target)
+            loss = ((pred - target).abs() * valid[..., None]).sum() / denom
+            return loss, {"loss": loss.item(), "l1": loss.item()}
+        # Padded slots enter the flow head's input (the whole noisy chunk), so their values must not matter:
+        # they become 0, the mean action in normalised units.
+        target = torch.where(valid[..., None].bool(), target, torch.zeros_like(target))
+        b = target.shape[0]
+        if cfg.flow_time_sampling == "uniform":
+            t = torch.rand(b, device=self.device)
+        else:
+            t = torch.distributions.Beta(1.5, 1.0).sample((b,)).to(self.device)
+        noise = torch.randn_like(target)
+        tt = t[:, None, None]
+        x_t = tt * target + (1 - tt) * noise  # t = 0: noise, t = 1: data
+        err = (self._velocity(feats, x_t, t) - (target - noise)) ** 2
+        loss = (err * valid[..., None]).sum() / denom
+        return loss, {"loss": loss.item(), "flow_mse": loss.item()}
+
+    # ------------------------------------------------------------------ acting
+    @torch.inference_mode()
+    def predict_action_chunk(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
+        """(B, K, A) actions in env units. The flow head draws its initial noise from `generator` (seed it for
+        determinism; on CPU the draw is the same whatever device the model is on)."""
+        cfg = self.config
+        feats = self.features(batch)
+        if cfg.head == "l1":
+            pred = self.head(feats).view(-1, cfg.chunk_size, cfg.action_dim)
+        else:
+            shape = (feats.shape[0], cfg.chunk_size, cfg.action_dim)
+            gen_device = generator.device if generator is not None else self.device
+            pred = torch.randn(shape, generator=generator, device=gen_device).to(self.device)
+            dt = 1.0 / cfg.flow_steps
+            for i in range(cfg.flow_steps):
+                t = torch.full((shape[0],), i * dt, device=self.device)
+                pred = pred + dt * self._velocity(feats, pred, t)
+        return pred * self.action_scale + self.action_offset
+
+    def reset(self) -> None:
+        """Forget queued actions and the temporal ensemble: call at every episode start."""
+        self._queue.clear()
+        self._ensemble = self._ensemble_count = None
+
+    @torch.inference_mode()
+    def select_action(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
+        """(B, A) the action to execute now: from the queue, refilled with `n_action_steps` actions of a new chunk
+        when empty; with temporal ensembling, a weighted average of every chunk predicted for this step."""
+        if self.config.temporal_ensemble:
+            return self._ensembled_action(self.predict_action_chunk(batch, generator))
+        if not self._queue:
+            chunk = self.predict_action_chunk(batch, generator)
+            self._queue.extend(chunk[:, : self.config.n_action_steps].unbind(1))
+        return self._queue.popleft()
+
+    def _ensembled_action(self, chunk: Tensor) -> Tensor:
+        """ACT's temporal ensemble, as an online weighted mean with weights exp(-coeff * i), i = 0 the oldest."""
+        k = chunk.shape[1]
+        weights = torch.exp(-self.config.ensemble_coeff * torch.arange(k, device=chunk.device, dtype=chunk.dtype))
+        cum = weights.cumsum(0)
+        if self._ensemble is None or self._ensemble.shape[0] != chunk.shape[0]:
+            avg, count = chunk, torch.ones(k, dtype=torch.long, device=chunk.device)
+        else:
+            n = self._ensemble_count  # steps 0 .. K-2 of this chunk overlap the running averages
+            prev = self._ensemble * cum[n - 1][None, :, None]
+            overlap = (prev + chunk[:, :-1] * weights[n][None, :, None]) / cum[n][None, :, None]
+            avg = torch.cat([overlap, chunk[:, -1:]], dim=1)
+            count = torch.cat([(n + 1).clamp_max(k - 1), torch.ones(1, dtype=torch.long, device=chunk.device)])
+        self._ensemble, self._ensemble_count = avg[:, 1:], count[1:]
+        return avg[:, 0]
+
+    def batch_from_obs(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """The model's batch from a Gymnasium rgb observation: ``{"images": {cam: (B, H, W, 3) uint8},
+        "proprio": (B, 23), "instruction": tuple of str or (B, L) token ids}``; an unbatched observation gains B=1."""
+        images = obs["images"]
+        missing = [cam for cam in self.config.cameras if cam not in images]
+        if missing:
+            raise KeyError(f"observation lacks cameras {missing}; it has {sorted(images)}")
+        proprio = torch.as_tensor(np.asarray(obs["proprio"], dtype=np.float32), device=self.device)
+        single = proprio.ndim == 1
+        batch: dict[str, Any] = {PROPRIO_KEY: proprio[None] if single else proprio}
+        for cam in self.config.cameras:
+            img = torch.as_tensor(np.asarray(images[cam]), device=self.device)
+            img = img[None] if single else img
+            batch[IMAGE_KEY + cam] = img.permute(0, 3, 1, 2)
+        instr = obs["instruction"]
+        if isinstance(instr, str):
+            batch["instruction"] = [instr]
+        elif isinstance(instr, np.ndarray) and np.issubdtype(instr.dtype, np.integer):
+            batch["instruction_tokens"] = torch.as_tensor(instr[None] if single else instr, dtype=torch.long)
+        else:
+            batch["instruction"] = [str(s) for s in instr]
+        return batch
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, folder: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> None:
+        """`vlagym.policies.checkpoint.save_checkpoint(self, folder, extra)`."""
+        from vlagym.policies.checkpoint import save_checkpoint
+
+        save_checkpoint(self, folder, extra)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> VLAPolicy:
+        """Rebuild config, tokenizer, statistics and weights (strict) from a checkpoint folder, in eval mode."""
+        from vlagym.policies.checkpoint import load_policy
+
+        return load_policy(folder, device=device)
