@@ -72,6 +72,11 @@ class VLAConfig:
     """How proprio and actions are normalised with the dataset statistics (see `vlagym.wrappers.normalize`)."""
 
     def __post_init__(self) -> None:
+        self._check_cameras()
+        self._check_sizes()
+        self._check_choices()
+
+    def _check_cameras(self) -> None:
         if isinstance(self.cameras, str):
             raise ValueError(f"cameras must be a sequence of camera names, got the string {self.cameras!r}")
         self.cameras = tuple(self.cameras)
@@ -81,6 +86,8 @@ class VLAConfig:
             _choice("camera", cam, CAMERAS)
         if len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f"cameras has duplicates: {list(self.cameras)}")
+
+    def _check_sizes(self) -> None:
         self.vision_channels = tuple(self.vision_channels)
         if not self.vision_channels:
             raise ValueError(f"vision_channels must have at least one entry, got {self.vision_channels!r}")
@@ -98,6 +105,8 @@ class VLAConfig:
             raise ValueError(
                 f"image_size={self.image_size!r} is too small for {len(self.vision_channels)} stride-2 conv blocks"
             )
+
+    def _check_choices(self) -> None:
         _choice("head", self.head, HEADS)
         _choice("flow_time_sampling", self.flow_time_sampling, FLOW_TIME_SAMPLINGS)
         _choice("normalization", self.normalization, NORMALIZATIONS)
@@ -120,7 +129,7 @@ class VLAConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (tuples become lists)."""
+        """The fields as a dict, for JSON (tuples serialise as lists; `from_dict` turns them back)."""
         return dataclasses.asdict(self)
 
     @classmethod

@@ -33,7 +33,7 @@ PROPRIO_KEY = "observation.proprio"
 
 def _mlp(dims: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         layers.append(nn.Linear(a, b))
         if i < len(dims) - 2:
             layers.append(nn.GELU())
@@ -66,7 +66,7 @@ class FiLMConvEncoder(nn.Module):
 
     def forward(self, images: Tensor, cond: Tensor) -> Tensor:
         x = images
-        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
             x = norm(conv(x))
             if self.films is not None:
                 gamma, beta = self.films[i](cond).chunk(2, dim=-1)
