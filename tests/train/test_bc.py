@@ -1,0 +1,214 @@
+"""Behaviour cloning: outputs, learning, exact resume after a SIGKILL, DDP on 2 gloo ranks, config checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vlagym.policies import VLAConfig, load_policy
+from vlagym.train.bc import STATE_NAME, BCConfig, latest_checkpoint, lr_factor, train_bc
+from vlagym.train.demos import DemoConfig, collect_demos
+
+TINY_POLICY = {
+    "image_size": 32,
+    "vision_channels": [8, 16],
+    "hidden_dim": 32,
+    "text_layers": 1,
+    "text_heads": 4,
+    "chunk_size": 4,
+}
+
+
+@pytest.fixture(scope="session")
+def pick_demos(tmp_path_factory) -> Path:
+    """Three scripted PickCup episodes at 32 px (about 80 steps)."""
+    path = tmp_path_factory.mktemp("bc_demos") / "pick.hdf5"
+    collect_demos(DemoConfig(task="VLA-PickCup-v0", episodes=3, out=str(path), image_size=32, progress=False))
+    return path
+
+
+def tiny_config(demos: Path, out: Path, **kwargs) -> BCConfig:
+    base = dict(
+        dataset=[str(demos)],
+        out=str(out),
+        policy=VLAConfig.from_dict(TINY_POLICY),
+        steps=20,
+        batch_size=8,
+        lr=1e-3,
+        warmup_steps=3,
+        checkpoint_every=10,
+        log_every=5,
+        progress=False,
+    )
+    base.update(kwargs)
+    return BCConfig(**base)
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
+    tensors = {f"model.{k}": v for k, v in state["model"].items()}
+    tensors.update({f"policy.{k}": v for k, v in load_file(str(folder / "model.safetensors")).items()})
+    for i, group in state["optimizer"]["state"].items():
+        tensors.update({f"adam.{i}.{k}": v for k, v in group.items() if isinstance(v, torch.Tensor)})
+    return tensors
+
+
+def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"tensors differ: {different[:5]}"
+
+
+def test_training_writes_checkpoints_config_and_logs(pick_demos, tmp_path):
+    out = tmp_path / "run"
+    result = train_bc(tiny_config(pick_demos, out, eval_every=20, eval_episodes=1, ema=0.9))
+    assert result["step"] == 20
+    assert latest_checkpoint(out) == out / "checkpoints" / "step_20"
+    assert (out / "checkpoints" / "step_10" / STATE_NAME).is_file()
+    assert json.loads((out / "checkpoints" / "last.json").read_text()) == {"step": 20, "path": "step_20"}
+    saved = json.loads((out / "bc_config.json").read_text())
+    assert saved["steps"] == 20 and saved["policy"]["hidden_dim"] == 32
+    assert BCConfig.from_dict(saved).policy == VLAConfig.from_dict(TINY_POLICY)
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert (out / "eval" / "step_20" / "results.json").is_file()
+    assert result["success_rate"] is not None and 0.0 <= result["success_rate"] <= 1.0
+    # The checkpoint rebuilds the policy with the EMA weights, and names the demos' env.
+    policy = load_policy(out / "checkpoints" / "step_20")
+    for k, v in result["policy"].state_dict().items():
+        assert torch.equal(v, policy.state_dict()[k]), k
+    meta = json.loads((out / "checkpoints" / "step_20" / "config.json").read_text())
+    assert meta["extra"]["env_id"] == "VLA-PickCup-v0"
+    assert meta["extra"]["env_kwargs"]["image_size"] == 32
+    assert meta["extra"]["bc_config"]["ema"] == 0.9
+    # EMA weights differ from the raw ones they average.
+    state = torch.load(out / "checkpoints" / "step_20" / STATE_NAME, weights_only=True)
+    assert not torch.equal(state["model"]["head.weight"], policy.state_dict()["head.weight"])
+
+
+def test_loss_decreases(pick_demos, tmp_path):
+    result = train_bc(tiny_config(pick_demos, tmp_path / "run", steps=40, lr=3e-3, augment=False))
+    losses = result["losses"]
+    assert len(losses) == 40
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.8 * first, (first, last)
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+import vlagym.train.bc as bc
+
+original = bc.write_checkpoint
+
+def write_then_die(out, step, *args, **kwargs):
+    folder = original(out, step, *args, **kwargs)
+    if step == {kill_at}:
+        os.kill(os.getpid(), signal.SIGKILL)  # a hard kill: no cleanup, no atexit
+    return folder
+
+bc.write_checkpoint = write_then_die
+bc.train_bc(bc.BCConfig.from_dict({config}))
+"""
+
+
+def test_resume_after_sigkill_is_bit_identical(pick_demos, tmp_path):
+    # The flow head draws noise from the global RNG and augmentation is on: both must replay after the resume.
+    policy = VLAConfig.from_dict({**TINY_POLICY, "head": "flow"})
+    # Uninterrupted reference.
+    ref = tmp_path / "ref"
+    train_bc(tiny_config(pick_demos, ref, checkpoint_every=5, policy=policy, ema=0.5))
+    # Same run in a subprocess, killed right after its step-10 checkpoint, then resumed here.
+    cut = tmp_path / "cut"
+    cfg = tiny_config(pick_demos, cut, checkpoint_every=5, policy=policy, ema=0.5)
+    script = KILL_SCRIPT.format(kill_at=10, config=repr(cfg.to_dict()))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert latest_checkpoint(cut) == cut / "checkpoints" / "step_10"
+    assert not (cut / "checkpoints" / "step_15").exists()
+    resumed = train_bc(tiny_config(pick_demos, cut, checkpoint_every=5, policy=policy, ema=0.5, resume=True))
+    assert resumed["step"] == 20
+    assert len(resumed["losses"]) == 10  # only the steps after the checkpoint were run
+    assert_identical(weights(ref / "checkpoints" / "step_20"), weights(cut / "checkpoints" / "step_20"))
+    # The sanity check that the comparison can fail: a different seed gives different weights.
+    other = tmp_path / "other"
+    train_bc(tiny_config(pick_demos, other, checkpoint_every=5, policy=policy, ema=0.5, seed=1, steps=10))
+    a, b = weights(ref / "checkpoints" / "step_10"), weights(other / "checkpoints" / "step_10")
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+DDP_SCRIPT = """
+import os, sys
+import torch
+from safetensors.torch import save_file
+from vlagym.train.bc import BCConfig, train_bc
+
+result = train_bc(BCConfig.from_dict({config}))
+rank = int(os.environ["RANK"])
+state = {{k: v.detach().contiguous().clone() for k, v in result["policy"].state_dict().items()}}
+save_file(state, os.path.join(sys.argv[1], f"rank{{rank}}.safetensors"))
+"""
+
+
+def test_ddp_two_gloo_ranks_stay_in_sync(pick_demos, tmp_path):
+    out = tmp_path / "ddp"
+    cfg = tiny_config(pick_demos, out, steps=6, checkpoint_every=0, batch_size=4)
+    script = tmp_path / "ddp_train.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT.format(config=repr(cfg.to_dict()))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = load_file(str(tmp_path / "rank0.safetensors")), load_file(str(tmp_path / "rank1.safetensors"))
+    assert_identical(rank0, rank1)
+    # Rank 0 wrote the only checkpoint, and it holds the ranks' common weights.
+    assert latest_checkpoint(out) == out / "checkpoints" / "step_6"
+    assert_identical(load_file(str(out / "checkpoints" / "step_6" / "model.safetensors")), rank0)
+    assert not list((out / "checkpoints").glob(".tmp*"))
+
+
+def test_lr_schedule_warms_up_then_decays_to_zero():
+    assert lr_factor(0, 10, 100) == pytest.approx(0.1)
+    assert lr_factor(9, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(10, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(55, 10, 100) == pytest.approx(0.5)
+    assert lr_factor(100, 10, 100) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "quoted"),
+    [
+        ("steps", 0, "0"),
+        ("lr", -1.0, "-1.0"),
+        ("ema", 1.0, "1.0"),
+        ("device", "tpu", "'tpu'"),
+        ("batch_size", 2.5, "2.5"),
+        ("bf16", "yes", "'yes'"),
+        ("dataset", ["missing.hdf5"], "'missing.hdf5'"),
+    ],
+)
+def test_bad_config_raises_quoting_the_value(pick_demos, tmp_path, field, value, quoted):
+    kwargs = {"dataset": [str(pick_demos)], "out": str(tmp_path), field: value}
+    with pytest.raises(ValueError, match=field if field != "dataset" else "dataset") as err:
+        BCConfig(**kwargs)
+    assert quoted in str(err.value)
+
+
+def test_batch_larger_than_dataset_raises(pick_demos, tmp_path):
+    with pytest.raises(ValueError, match="batch_size=100000"):
+        train_bc(tiny_config(pick_demos, tmp_path / "run", batch_size=100_000))

@@ -1,0 +1,523 @@
+"""Behaviour cloning of the VLA policy on demo files: one readable script (CleanRL style).
+
+AdamW with linear warmup then cosine decay, gradient clipping, optional EMA of the weights, bf16 autocast on
+CUDA, TF32 off unless asked, TensorBoard logs under ``OUT/tb``, a progress bar, periodic success-rate evaluation
+on the env the demos were collected on, and ``torchrun`` DDP (each rank reads its `ShardSampler` share).
+
+Outputs of a run folder ``OUT``:
+
+    OUT/bc_config.json                      the `BCConfig` of the run
+    OUT/tb/                                 TensorBoard events (loss terms, lr, grad norm, eval success rate)
+    OUT/checkpoints/step_<n>/               a policy checkpoint (`vlagym.policies.checkpoint`; the EMA weights
+                                            when `ema` > 0) + training_state.pt (model, EMA, optimiser,
+                                            scheduler, step, RNG states; loads with weights_only=True)
+    OUT/checkpoints/last.json               {"step": n, "path": "step_<n>"}: the latest complete checkpoint
+    OUT/eval/step_<n>/                      evaluation results (results.json, results.md)
+
+A checkpoint folder is written under a temporary name and renamed into place, then ``last.json`` is replaced
+atomically, so a run killed at any moment resumes (``resume=True``) from a complete checkpoint. The batch order
+and the augmentation depend only on (seed, epoch, step), and the RNG states are restored, so a resumed run
+reproduces the uninterrupted one bit for bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from vlagym.io import atomic_write_json
+from vlagym.policies.checkpoint import save_checkpoint
+from vlagym.policies.config import VLAConfig
+from vlagym.policies.vla import VLAPolicy
+from vlagym.train.augment import ImageAugment
+from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats
+from vlagym.train.sampler import ShardSampler
+
+logger = logging.getLogger(__name__)
+
+DEVICES = ("auto", "cpu", "cuda")
+CONFIG_NAME = "bc_config.json"
+STATE_NAME = "training_state.pt"
+LAST_NAME = "last.json"
+
+
+# ---------------------------------------------------------------------------- config
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(
+            f"{name} must be a finite number {bound}{'' if high == math.inf else f' and <= {high}'}, got {value!r}"
+        )
+
+
+@dataclass
+class BCConfig:
+    """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
+
+    dataset: list[str]
+    """demo files (HDF5, `vlagym demos`); the env of the first one is the evaluation env"""
+    out: str = "runs/bc"
+    """run folder: config, TensorBoard logs, checkpoints, evaluations"""
+    policy: VLAConfig = field(default_factory=VLAConfig)
+    """the policy's architecture (a `VLAConfig`, or its dict)"""
+    steps: int = 3000
+    """total optimiser steps (every DDP rank stops at this count)"""
+    batch_size: int = 64
+    """samples per optimiser step and rank"""
+    lr: float = 3e-4
+    """peak learning rate of AdamW"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay of the weight matrices (biases, norms and embeddings' 1-d params get none)"""
+    warmup_steps: int = 100
+    """linear warmup from lr / warmup_steps to lr, then cosine decay to 0 at `steps`"""
+    grad_clip: float = 1.0
+    """clip the global gradient norm to this (0: no clipping; the norm is logged either way)"""
+    ema: float = 0.0
+    """decay of an exponential moving average of the weights, e.g. 0.999 (0: off); when on, the EMA weights are
+    what gets evaluated and saved as the policy"""
+    seed: int = 0
+    """seeds the model init, the batch order, the augmentation and the flow noise"""
+    num_workers: int = 0
+    """DataLoader worker processes per rank"""
+    augment: bool = True
+    """random crop and colour jitter of the images (`ImageAugment`; never mirrored or rotated)"""
+    eval_every: int = 0
+    """evaluate the success rate every this many steps and at the end (0: never)"""
+    eval_episodes: int = 10
+    """episodes per evaluation (seeds 100000 + i, as `vlagym eval`)"""
+    eval_num_envs: int = 1
+    """parallel sub-envs of the evaluation"""
+    checkpoint_every: int = 1000
+    """write a checkpoint every this many steps (0: only at the end; the last step always gets one)"""
+    log_every: int = 10
+    """TensorBoard scalars every this many steps"""
+    device: str = "auto"
+    """"auto" (CUDA when available), "cpu" or "cuda\""""
+    bf16: bool = True
+    """bf16 autocast of the forward pass (CUDA only; ignored on the CPU)"""
+    tf32: bool = False
+    """allow TF32 matmuls and convolutions on CUDA (faster, less precise)"""
+    compile: bool = False
+    """`torch.compile` the model"""
+    resume: bool = False
+    """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
+    progress: bool = True
+    """show a progress bar (rank 0)"""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dataset, (str, os.PathLike)):
+            self.dataset = [self.dataset]
+        self.dataset = [str(p) for p in self.dataset]
+        if not self.dataset:
+            raise ValueError("dataset must name at least one demo file, got []")
+        for path in self.dataset:
+            if not Path(path).is_file():
+                raise ValueError(f"dataset file {path!r} does not exist")
+        if isinstance(self.policy, dict):
+            self.policy = VLAConfig.from_dict(self.policy)
+        if not isinstance(self.policy, VLAConfig):
+            raise ValueError(f"policy must be a VLAConfig or its dict, got {self.policy!r}")
+        for name, low in (
+            ("steps", 1),
+            ("batch_size", 1),
+            ("warmup_steps", 0),
+            ("seed", 0),
+            ("num_workers", 0),
+            ("eval_every", 0),
+            ("eval_episodes", 1),
+            ("eval_num_envs", 1),
+            ("checkpoint_every", 0),
+            ("log_every", 1),
+        ):
+            _check_int(name, getattr(self, name), low)
+        _check_float("lr", self.lr, 0.0, low_open=True)
+        _check_float("weight_decay", self.weight_decay, 0.0)
+        _check_float("grad_clip", self.grad_clip, 0.0)
+        _check_float("ema", self.ema, 0.0, 1.0)
+        if self.ema == 1.0:
+            raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        for name in ("augment", "bf16", "tf32", "compile", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (the policy config nested)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BCConfig:
+        """Inverse of `to_dict`; unknown fields raise, listing the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown BCConfig fields {unknown}; known fields: {sorted(known)}")
+        return cls(**d)
+
+
+# ---------------------------------------------------------------------------- helpers
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's (CPU and CUDA) global generators."""
+    random.seed(seed)
+    # The global NumPy generator on purpose: it is what third-party code (and old scripts) draw from.
+    np.random.seed(seed % 2**32)  # noqa: NPY002
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states as tensors and plain values (loadable with ``torch.load(weights_only=True)``)."""
+    np_state = np.random.get_state()  # noqa: NPY002
+    py_state = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "python": {
+            "version": py_state[0],
+            "state": torch.tensor(py_state[1], dtype=torch.int64),
+            "gauss_next": py_state[2],
+        },
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state`."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(  # noqa: NPY002
+        ("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_rng():
+    """Run a block (an evaluation) without moving the training's global RNG streams."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Multiplier of the peak lr at `step`: linear warmup, then cosine decay to 0 at `total_steps`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+class _LRLambda:
+    """Picklable-free callable for `LambdaLR` (its state dict skips callables that are not plain objects)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
+
+    def __call__(self, step: int) -> float:
+        return lr_factor(step, self.warmup_steps, self.total_steps)
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _init_distributed(device: torch.device) -> bool:
+    """Join the torchrun process group when RANK/WORLD_SIZE are set; True when this call created it."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ or dist.is_initialized():
+        return False
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return True
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for but CUDA is not available")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def demo_env(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
+    """(env_id, env_kwargs) the demo file was collected with (its /data attributes)."""
+    with h5py.File(path, "r") as f:
+        attrs = f["data"].attrs
+        return str(attrs["env_id"]), json.loads(attrs["env_kwargs"])
+
+
+def _dataset_stats(paths: list[str]) -> dict[str, Any]:
+    # One file: the cached statistics beside it; several: computed over all of them together.
+    return load_or_compute_stats(paths[0]) if len(paths) == 1 else compute_stats(paths)
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    # Decay the weight matrices only: decaying biases and norm gains just fights the normalisation.
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    other = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def _ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    for e, p in zip(ema.parameters(), model.parameters(), strict=True):
+        e.lerp_(p.detach(), 1.0 - decay)
+    for e, b in zip(ema.buffers(), model.buffers(), strict=True):
+        e.copy_(b)
+
+
+def _epoch_loader(dataset: DemoDataset, sampler: ShardSampler, epoch: int, skip: int, cfg: BCConfig) -> DataLoader:
+    """This rank's batches of `epoch` from batch number `skip` on (drop_last: every batch is full)."""
+    sampler.set_epoch(epoch)
+    dataset.set_epoch(epoch)
+    indices = list(sampler)
+    n = len(indices) // cfg.batch_size
+    batches = [indices[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(skip, n)]
+    # An explicit generator: the DataLoader would otherwise draw its worker seed from the global RNG.
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+    return DataLoader(
+        dataset, batch_sampler=batches, num_workers=cfg.num_workers, generator=generator, pin_memory=False
+    )
+
+
+def checkpoint_dir(out: str | os.PathLike) -> Path:
+    return Path(out) / "checkpoints"
+
+
+def latest_checkpoint(out: str | os.PathLike) -> Path | None:
+    """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
+    pointer = checkpoint_dir(out) / LAST_NAME
+    if not pointer.is_file():
+        return None
+    folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
+    return folder if (folder / STATE_NAME).is_file() else None
+
+
+def write_checkpoint(
+    out: str | os.PathLike, step: int, policy: VLAPolicy, state: dict[str, Any], extra: dict[str, Any]
+) -> Path:
+    """Write ``checkpoints/step_<step>`` under a temporary name, rename it into place, then point last.json at it."""
+    root = checkpoint_dir(out)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp_step_{step}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint(policy, tmp, extra)
+    torch.save(state, tmp / STATE_NAME)
+    if final.exists():  # a leftover of a run that died before moving last.json on: replace it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    atomic_write_json(root / LAST_NAME, {"step": step, "path": final.name})
+    return final
+
+
+def _evaluate(folder: Path, out: Path, cfg: BCConfig) -> float:
+    from vlagym.eval.evaluate import EvalConfig, evaluate
+
+    ecfg = EvalConfig(
+        policy=str(folder), episodes=cfg.eval_episodes, num_envs=cfg.eval_num_envs, out=str(out), progress=False
+    )
+    with preserved_rng():  # the flow head's noise and the envs must not shift the training's random streams
+        results = evaluate(ecfg)
+    return float(next(iter(results["tasks"].values()))["success_rate"])
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+# ---------------------------------------------------------------------------- main
+def train_bc(cfg: BCConfig) -> dict[str, Any]:  # noqa: C901 - one linear script, read top to bottom
+    """Train a `VLAPolicy` by behaviour cloning; returns {"step", "checkpoint", "loss", "success_rate", "policy"}.
+
+    Under torchrun (RANK/WORLD_SIZE set) every rank calls this; only rank 0 writes, logs and evaluates.
+    """
+    device = _resolve_device(cfg.device)
+    created_group = _init_distributed(device)
+    rank, world = _world()
+    try:
+        return _train(cfg, device, rank, world)
+    finally:
+        if created_group:
+            dist.destroy_process_group()
+
+
+def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[str, Any]:  # noqa: C901
+    out = Path(cfg.out)
+    main_rank = rank == 0
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+    if main_rank:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
+    seed_everything(cfg.seed + rank)  # ranks draw different flow noise; DDP broadcasts rank 0's initial weights
+
+    # data and policy
+    env_id, env_kwargs = demo_env(cfg.dataset[0])
+    pcfg = cfg.policy
+    dataset = DemoDataset(
+        cfg.dataset,
+        chunk_size=pcfg.chunk_size,
+        cameras=list(pcfg.cameras),
+        keys=("proprio",),
+        augment=ImageAugment() if cfg.augment else None,
+        seed=cfg.seed,
+    )
+    sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
+    batches_per_epoch = len(sampler) // cfg.batch_size
+    if batches_per_epoch == 0:
+        raise ValueError(
+            f"batch_size={cfg.batch_size!r} is larger than this rank's {len(sampler)} samples "
+            f"({len(dataset)} in the dataset over {world} rank(s))"
+        )
+    policy = VLAPolicy(pcfg)
+    policy.set_stats(_dataset_stats(cfg.dataset))
+    policy.to(device).train()
+    ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
+    optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _LRLambda(cfg.warmup_steps, cfg.steps))
+    extra = {"env_id": env_id, "env_kwargs": env_kwargs, "bc_config": cfg.to_dict()}
+
+    # resume
+    step = 0
+    last = latest_checkpoint(out) if cfg.resume else None
+    if last is not None:
+        state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
+        policy.load_state_dict(state["model"], strict=True)
+        if ema is not None:
+            if state.get("ema") is None:
+                raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
+            ema.load_state_dict(state["ema"], strict=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step = int(state["step"])
+        if world == 1:
+            set_rng_state(state["rng"])
+        else:  # only rank 0's streams are saved: the other ranks restart theirs from (seed, rank, step)
+            seed_everything(cfg.seed + rank + 7919 * step) if rank else set_rng_state(state["rng"])
+        logger.info("resumed from %s at step %d", last, step)
+    elif cfg.resume:
+        logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
+
+    model: torch.nn.Module = policy
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            policy, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if cfg.compile:
+        model = torch.compile(model)
+
+    writer = None
+    if main_rank:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tb"), purge_step=step if step else None)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=cfg.steps, initial=step, desc="train-bc", disable=not (main_rank and cfg.progress), dynamic_ncols=True
+    )
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
+    loss_value, success_rate, ckpt = math.nan, None, latest_checkpoint(out)
+    history: list[float] = []
+    t0 = time.perf_counter()
+    while step < cfg.steps:
+        epoch, skip = divmod(step, batches_per_epoch)
+        for batch in _epoch_loader(dataset, sampler, epoch, skip, cfg):
+            with autocast:
+                loss, metrics = model(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
+            optimizer.step()
+            scheduler.step()
+            if ema is not None:
+                _ema_update(ema, policy, cfg.ema)
+            step += 1
+            loss_value = float(loss.detach())
+            history.append(loss_value)
+            bar.update(1)
+            if writer is not None and (step % cfg.log_every == 0 or step == cfg.steps):
+                for name, value in metrics.items():
+                    writer.add_scalar(f"train/{name}", value, step)
+                writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
+                writer.add_scalar("train/grad_norm", float(grad_norm), step)
+                writer.add_scalar(
+                    "train/samples_per_s", step * cfg.batch_size * world / (time.perf_counter() - t0), step
+                )
+                bar.set_postfix(loss=f"{loss_value:.4f}")
+            done = step == cfg.steps
+            do_eval = cfg.eval_every > 0 and (step % cfg.eval_every == 0 or done)
+            if done or do_eval or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                _barrier()
+                if main_rank:
+                    state = {
+                        "step": step,
+                        "model": {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()},
+                        "ema": None
+                        if ema is None
+                        else {k: v.detach().cpu().clone() for k, v in ema.state_dict().items()},
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "rng": rng_state(),
+                    }
+                    ckpt = write_checkpoint(out, step, ema if ema is not None else policy, state, extra)
+                    if do_eval:
+                        success_rate = _evaluate(ckpt, out / "eval" / f"step_{step}", cfg)
+                        writer.add_scalar("eval/success_rate", success_rate, step)
+                        logger.info("step %d: success rate %.3f", step, success_rate)
+                _barrier()
+            if done:
+                break
+    bar.close()
+    if writer is not None:
+        writer.close()
+    return {
+        "step": step,
+        "checkpoint": str(ckpt) if ckpt is not None else None,
+        "loss": loss_value,
+        "losses": history,
+        "success_rate": success_rate,
+        "policy": ema if ema is not None else policy,
+    }
