@@ -8,6 +8,9 @@
     vlagym dataset check pick.hdf5       layout check (exit code 1 when problems are found)
     vlagym eval --policy CKPT|expert --tasks VLA-PickCup-v0 --episodes 50 --num-envs 4 --seed 100000 --out eval/
                                          success rates with Wilson 95% intervals (results.json, results.md)
+    vlagym train-bc --dataset pick.hdf5 --out runs/bc --steps 3000
+                                         behaviour cloning of the VLA (checkpoints, TensorBoard logs, evals);
+                                         under torchrun every rank runs it (DDP)
 
 User errors (unknown task, bad option value, unwritable output) print one line
 on stderr and return exit code 2; they never show a traceback. A demo file that
@@ -26,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -45,6 +48,9 @@ from vlagym.train.demos import (
     collect_demos,
 )
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
+
+if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick
+    from vlagym.train.bc import BCConfig
 
 logger = logging.getLogger(__name__)
 
@@ -362,6 +368,64 @@ def run_eval(cfg: EvalConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym train-bc
+def train_bc_config(args: argparse.Namespace) -> BCConfig:
+    """The `BCConfig` of `vlagym train-bc` arguments; the policy reads the demos' image size and cameras."""
+    from vlagym.policies.config import VLAConfig
+    from vlagym.train.bc import BCConfig, demo_env
+
+    missing = [p for p in args.dataset if not Path(p).is_file()]
+    if missing:
+        raise UserError(f"--dataset file {missing[0]!r} does not exist")
+    try:
+        _, env_kwargs = demo_env(args.dataset[0])
+    except (OSError, KeyError, ValueError) as e:
+        raise UserError(f"--dataset {args.dataset[0]!r} is not a vlagym demo file: {e}") from e
+    policy: dict[str, Any] = {"head": args.head}
+    image_size = args.image_size if args.image_size is not None else env_kwargs.get("image_size")
+    if image_size is not None:
+        policy["image_size"] = image_size
+    if "cameras" in env_kwargs:
+        policy["cameras"] = list(env_kwargs["cameras"])
+    if args.chunk_size is not None:
+        policy["chunk_size"] = args.chunk_size
+    try:
+        return BCConfig(
+            dataset=list(args.dataset),
+            out=args.out,
+            policy=VLAConfig.from_dict(policy),
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes,
+            checkpoint_every=args.checkpoint_every,
+            seed=args.seed,
+            num_workers=args.num_workers,
+            device=args.device,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def run_train_bc(cfg: BCConfig) -> int:
+    from vlagym.train.bc import train_bc
+
+    try:
+        result = train_bc(cfg)
+    except ValueError as e:  # data the trainer rejects (bad demo file, batch larger than the data, no CUDA)
+        raise UserError(str(e)) from e
+    rate = result["success_rate"]
+    print(f"trained {result['step']} steps, final loss {result['loss']:.4f}")
+    if rate is not None:
+        print(f"success rate at the last evaluation: {100 * rate:.1f}%")
+    print(f"checkpoint: {result['checkpoint']}")
+    print(f"logs: {Path(cfg.out) / 'tb'} (tensorboard --logdir {Path(cfg.out) / 'tb'})")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- parser and main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -401,7 +465,35 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demos_parser(sub)
     _add_dataset_parser(sub)
     _add_eval_parser(sub)
+    _add_train_bc_parser(sub)
     return parser
+
+
+def _add_train_bc_parser(sub) -> None:
+    p = sub.add_parser(
+        "train-bc",
+        help="behaviour cloning of the VLA policy on demo files",
+        description="Train the VLA on demos (AdamW, warmup + cosine, EMA optional). Writes OUT/bc_config.json, "
+        "OUT/checkpoints/step_N (policy + training state; last.json points at the latest), OUT/tb (TensorBoard) "
+        "and OUT/eval. --resume continues exactly from the latest checkpoint. Launch under torchrun for DDP.",
+    )
+    p.add_argument("--dataset", nargs="+", required=True, metavar="FILE", help="demo files (vlagym demos)")
+    # Defaults of BCConfig, repeated so that building the parser does not import torch.
+    p.add_argument("--out", default="runs/bc", help="run folder (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=3000, help="optimiser steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="per rank (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default: %(default)s)")
+    p.add_argument("--chunk-size", type=int, default=None, help="actions per chunk K (default: the policy's, 10)")
+    p.add_argument("--image-size", type=int, default=None, help="policy image side (default: the demos')")
+    p.add_argument("--head", default="l1", help="action head: l1 or flow (default: %(default)s)")
+    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: 0, never)")
+    p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation (default: %(default)s)")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="steps (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _add_eval_parser(sub) -> None:
@@ -492,9 +584,11 @@ def _add_dataset_parser(sub) -> None:
 
 def _config_from_args(
     args: argparse.Namespace,
-) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig:
+) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig | BCConfig:
     if args.command == "eval":
         return eval_config(args)
+    if args.command == "train-bc":
+        return train_bc_config(args)
     if args.command == "list":
         return ListConfig(markdown=args.markdown)
     if args.command == "demos":
@@ -538,6 +632,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dataset(cfg)
         if isinstance(cfg, EvalConfig):
             return run_eval(cfg)
+        if args.command == "train-bc":
+            return run_train_bc(cfg)
         return run_video(cfg)
     except UserError as e:
         print(f"vlagym {args.command}: error: {e}", file=sys.stderr)

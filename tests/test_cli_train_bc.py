@@ -1,0 +1,68 @@
+"""`vlagym train-bc`: a tiny run end to end, its outputs and printout, resume, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from vlagym.cli import build_parser, main
+from vlagym.train.bc import BCConfig
+from vlagym.train.demos import DemoConfig, collect_demos
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli_bc") / "pick.hdf5"
+    collect_demos(DemoConfig(task="VLA-PickCup-v0", episodes=2, out=str(path), image_size=32, progress=False))
+    return path
+
+
+def test_train_bc_runs_and_resumes(demos, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train-bc", "--dataset", str(demos), "--out", str(out), "--steps", "6", "--batch-size", "4"]
+    argv += ["--chunk-size", "4", "--head", "flow", "--checkpoint-every", "3", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert "trained 6 steps" in stdout and str(out / "checkpoints" / "step_6") in stdout
+    saved = json.loads((out / "bc_config.json").read_text())
+    # The policy takes the demos' image size and cameras unless told otherwise.
+    assert saved["policy"]["image_size"] == 32 and saved["policy"]["head"] == "flow"
+    assert saved["policy"]["chunk_size"] == 4 and saved["steps"] == 6
+    assert (out / "checkpoints" / "step_3" / "model.safetensors").is_file()
+    # Resuming a finished run trains no further step, but longer --steps continue it.
+    assert main([*argv[:6], "8", *argv[7:], "--resume"]) == 0
+    assert "trained 8 steps" in capsys.readouterr().out
+    assert json.loads((out / "checkpoints" / "last.json").read_text())["step"] == 8
+
+
+def test_parser_defaults_match_the_config():
+    args = build_parser().parse_args(["train-bc", "--dataset", "x.hdf5"])
+    defaults = {f.name: f.default for f in dataclasses.fields(BCConfig) if f.default is not dataclasses.MISSING}
+    for name in ("out", "steps", "batch_size", "lr", "eval_every", "eval_episodes", "checkpoint_every", "seed"):
+        assert getattr(args, name) == defaults[name], name
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--steps", "0"], "steps must be an integer >= 1, got 0"),
+        (["--lr", "-1"], "lr must be"),
+        (["--head", "mse"], "'mse'"),
+        (["--chunk-size", "0"], "chunk_size"),
+        (["--device", "tpu"], "'tpu'"),
+        (["--batch-size", "100000"], "batch_size=100000"),
+        (["--dataset", "MISSING"], "does not exist"),
+        (["--dataset", "NOTDEMO"], "not a vlagym demo file"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(demos, tmp_path, capsys, extra, needle):
+    files = {"MISSING": str(tmp_path / "missing.hdf5"), "NOTDEMO": str(tmp_path / "notes.txt")}
+    (tmp_path / "notes.txt").write_text("not hdf5")
+    extra = [files.get(a, a) for a in extra]
+    argv = ["train-bc", "--dataset", str(demos), "--out", str(tmp_path / "o"), "--steps", "1", "--no-progress"]
+    assert main(argv + extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vlagym train-bc: error:") and needle in err, err
+    assert "\n" not in err and "Traceback" not in err
