@@ -212,3 +212,13 @@ def test_bad_config_raises_quoting_the_value(pick_demos, tmp_path, field, value,
 def test_batch_larger_than_dataset_raises(pick_demos, tmp_path):
     with pytest.raises(ValueError, match="batch_size=100000"):
         train_bc(tiny_config(pick_demos, tmp_path / "run", batch_size=100_000))
+
+
+def test_resume_with_more_steps_keeps_learning(pick_demos, tmp_path):
+    # The schedule comes from the new config: the added steps must not run at the old schedule's final lr of 0.
+    out = tmp_path / "run"
+    train_bc(tiny_config(pick_demos, out, steps=6, checkpoint_every=0))
+    result = train_bc(tiny_config(pick_demos, out, steps=10, checkpoint_every=0, resume=True))
+    assert result["step"] == 10 and len(result["losses"]) == 4
+    before, after = weights(out / "checkpoints" / "step_6"), weights(out / "checkpoints" / "step_10")
+    assert not torch.equal(before["model.head.weight"], after["model.head.weight"])

@@ -243,16 +243,6 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-class _LRLambda:
-    """Picklable-free callable for `LambdaLR` (its state dict skips callables that are not plain objects)."""
-
-    def __init__(self, warmup_steps: int, total_steps: int) -> None:
-        self.warmup_steps, self.total_steps = warmup_steps, total_steps
-
-    def __call__(self, step: int) -> float:
-        return lr_factor(step, self.warmup_steps, self.total_steps)
-
-
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -416,7 +406,9 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     policy.to(device).train()
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _LRLambda(cfg.warmup_steps, cfg.steps))
+    # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
+    # steps would then keep the old schedule's end (lr 0 for every added step).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.steps))
     extra = {"env_id": env_id, "env_kwargs": env_kwargs, "bc_config": cfg.to_dict()}
 
     # resume
