@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -156,30 +158,39 @@ save_file(state, os.path.join(sys.argv[1], f"rank{{rank}}.safetensors"))
 """
 
 
-def test_ddp_two_gloo_ranks_stay_in_sync(pick_demos, tmp_path):
-    out = tmp_path / "ddp"
-    cfg = tiny_config(pick_demos, out, steps=6, checkpoint_every=0, batch_size=4)
-    script = tmp_path / "ddp_train.py"
+def run_ddp(cfg: BCConfig, folder: Path) -> dict[str, torch.Tensor]:
+    """Train `cfg` on 2 gloo ranks under torchrun; check the ranks end identical and return rank 0's weights."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "ddp_train.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT.format(config=repr(cfg.to_dict()))))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(script),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    proc = subprocess.run([*cmd, str(folder)], capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rank0, rank1 = load_file(str(tmp_path / "rank0.safetensors")), load_file(str(tmp_path / "rank1.safetensors"))
+    rank0, rank1 = load_file(str(folder / "rank0.safetensors")), load_file(str(folder / "rank1.safetensors"))
     assert_identical(rank0, rank1)
-    # Rank 0 wrote the only checkpoint, and it holds the ranks' common weights.
+    return rank0
+
+
+def test_ddp_two_gloo_ranks_stay_in_sync_and_resume_exactly(pick_demos, tmp_path):
+    policy = VLAConfig.from_dict({**TINY_POLICY, "head": "flow"})  # per-rank flow noise from each rank's RNG
+    out = tmp_path / "ddp"
+    cfg = tiny_config(pick_demos, out, steps=6, checkpoint_every=3, batch_size=4, policy=policy)
+    rank0 = run_ddp(cfg, tmp_path / "a")
+    # Rank 0 wrote the checkpoints, holding the ranks' common weights, and every rank's RNG streams.
     assert latest_checkpoint(out) == out / "checkpoints" / "step_6"
     assert_identical(load_file(str(out / "checkpoints" / "step_6" / "model.safetensors")), rank0)
     assert not list((out / "checkpoints").glob(".tmp*"))
+    state = torch.load(out / "checkpoints" / "step_3" / STATE_NAME, weights_only=True)
+    assert len(state["rng"]) == 2 and not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
+    # What a run killed after step 3 leaves behind, resumed on 2 ranks: the same step-6 weights.
+    cut = tmp_path / "cut"
+    shutil.copytree(out, cut)
+    shutil.rmtree(cut / "checkpoints" / "step_6")
+    (cut / "checkpoints" / "last.json").write_text(json.dumps({"step": 3, "path": "step_3"}))
+    resumed = run_ddp(dataclasses.replace(cfg, out=str(cut), resume=True), tmp_path / "b")
+    assert_identical(weights(out / "checkpoints" / "step_6"), weights(cut / "checkpoints" / "step_6"))
+    assert_identical(resumed, rank0)
 
 
 def test_lr_schedule_warms_up_then_decays_to_zero():

@@ -10,7 +10,7 @@ Outputs of a run folder ``OUT``:
     OUT/tb/                                 TensorBoard events (loss terms, lr, grad norm, eval success rate)
     OUT/checkpoints/step_<n>/               a policy checkpoint (`vlagym.policies.checkpoint`; the EMA weights
                                             when `ema` > 0) + training_state.pt (model, EMA, optimiser,
-                                            scheduler, step, RNG states; loads with weights_only=True)
+                                            scheduler, step, every rank's RNG states; loads with weights_only=True)
     OUT/checkpoints/last.json               {"step": n, "path": "step_<n>"}: the latest complete checkpoint
     OUT/eval/step_<n>/                      evaluation results (results.json, results.md)
 
@@ -225,6 +225,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _all_rng_states() -> list[dict[str, Any]]:
+    """Every rank's `rng_state`, in rank order (collective: every rank must call it)."""
+    local = rng_state()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [local]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, local)
+    return gathered
+
+
 @contextlib.contextmanager
 def preserved_rng():
     """Run a block (an evaluation) without moving the training's global RNG streams."""
@@ -424,10 +434,13 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step = int(state["step"])
-        if world == 1:
-            set_rng_state(state["rng"])
-        else:  # only rank 0's streams are saved: the other ranks restart theirs from (seed, rank, step)
-            seed_everything(cfg.seed + rank + 7919 * step) if rank else set_rng_state(state["rng"])
+        if len(state["rng"]) == world:
+            set_rng_state(state["rng"][rank])
+        else:  # another world size: the saved streams do not map onto the ranks; derive new ones
+            logger.warning(
+                "checkpoint from %d rank(s), resuming on %d: random streams reseeded", len(state["rng"]), world
+            )
+            seed_everything(cfg.seed + rank + 7919 * step)
         logger.info("resumed from %s at step %d", last, step)
     elif cfg.resume:
         logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
@@ -482,7 +495,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
             done = step == cfg.steps
             do_eval = cfg.eval_every > 0 and (step % cfg.eval_every == 0 or done)
             if done or do_eval or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                _barrier()
+                rngs = _all_rng_states()  # every rank's streams, so that every rank resumes exactly
                 if main_rank:
                     state = {
                         "step": step,
@@ -492,7 +505,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
                         else {k: v.detach().cpu().clone() for k, v in ema.state_dict().items()},
                         "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(),
-                        "rng": rng_state(),
+                        "rng": rngs,
                     }
                     ckpt = write_checkpoint(out, step, ema if ema is not None else policy, state, extra)
                     if do_eval:
