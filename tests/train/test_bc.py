@@ -175,9 +175,9 @@ def run_ddp(cfg: BCConfig, folder: Path) -> dict[str, torch.Tensor]:
 def test_ddp_two_gloo_ranks_stay_in_sync_and_resume_exactly(pick_demos, tmp_path):
     policy = VLAConfig.from_dict({**TINY_POLICY, "head": "flow"})  # per-rank flow noise from each rank's RNG
     out = tmp_path / "ddp"
-    cfg = tiny_config(pick_demos, out, steps=6, checkpoint_every=3, batch_size=4, policy=policy)
+    cfg = tiny_config(pick_demos, out, steps=6, checkpoint_every=3, batch_size=4, policy=policy, ema=0.5)
     rank0 = run_ddp(cfg, tmp_path / "a")
-    # Rank 0 wrote the checkpoints, holding the ranks' common weights, and every rank's RNG streams.
+    # Rank 0 wrote the checkpoints, holding the ranks' common (EMA) weights, and every rank's RNG streams.
     assert latest_checkpoint(out) == out / "checkpoints" / "step_6"
     assert_identical(load_file(str(out / "checkpoints" / "step_6" / "model.safetensors")), rank0)
     assert not list((out / "checkpoints").glob(".tmp*"))

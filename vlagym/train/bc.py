@@ -366,7 +366,7 @@ def _barrier() -> None:
 
 
 # ---------------------------------------------------------------------------- main
-def train_bc(cfg: BCConfig) -> dict[str, Any]:  # noqa: C901 - one linear script, read top to bottom
+def train_bc(cfg: BCConfig) -> dict[str, Any]:
     """Train a `VLAPolicy` by behaviour cloning; returns {"step", "checkpoint", "loss", "success_rate", "policy"}.
 
     Under torchrun (RANK/WORLD_SIZE set) every rank calls this; only rank 0 writes, logs and evaluates.
@@ -381,7 +381,7 @@ def train_bc(cfg: BCConfig) -> dict[str, Any]:  # noqa: C901 - one linear script
             dist.destroy_process_group()
 
 
-def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[str, Any]:  # noqa: C901
+def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[str, Any]:  # noqa: C901 - one script
     out = Path(cfg.out)
     main_rank = rank == 0
     if device.type == "cuda":
@@ -391,7 +391,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     if main_rank:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
-    seed_everything(cfg.seed + rank)  # ranks draw different flow noise; DDP broadcasts rank 0's initial weights
+    seed_everything(cfg.seed)  # the same initial weights on every rank (the EMA copy too)
 
     # data and policy
     env_id, env_kwargs = demo_env(cfg.dataset[0])
@@ -415,6 +415,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     policy.set_stats(_dataset_stats(cfg.dataset))
     policy.to(device).train()
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
+    seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
     optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
     # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
     # steps would then keep the old schedule's end (lr 0 for every added step).
