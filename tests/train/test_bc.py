@@ -233,3 +233,13 @@ def test_resume_with_more_steps_keeps_learning(pick_demos, tmp_path):
     assert result["step"] == 10 and len(result["losses"]) == 4
     before, after = weights(out / "checkpoints" / "step_6"), weights(out / "checkpoints" / "step_10")
     assert not torch.equal(before["model.head.weight"], after["model.head.weight"])
+
+
+def test_dataloader_workers_do_not_change_the_result(pick_demos, tmp_path):
+    # Batches and augmentation depend only on (seed, epoch, index), never on which process loads them.
+    results = [
+        train_bc(tiny_config(pick_demos, tmp_path / f"w{n}", steps=12, checkpoint_every=0, num_workers=n))
+        for n in (0, 2)
+    ]
+    a, b = (r["policy"].state_dict() for r in results)
+    assert_identical(a, b)
