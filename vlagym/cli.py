@@ -47,6 +47,7 @@ from vlagym.train.demos import (
     DemoError,
     collect_demos,
 )
+from vlagym.train.quickstart import QuickstartConfig
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick
@@ -426,6 +427,44 @@ def run_train_bc(cfg: BCConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym quickstart
+def run_quickstart(cfg: QuickstartConfig) -> int:
+    from vlagym.eval.evaluate import format_results
+    from vlagym.train.quickstart import run_quickstart as run
+
+    summary = run(cfg)
+    t = summary["timings_s"]
+    print()
+    print("train instructions:")
+    print(format_results(summary["results"]["eval"]))
+    print()
+    print("held-out paraphrases:")
+    print(format_results(summary["results"]["eval_heldout"]))
+    print()
+    print(
+        f"time: demos {t['demos']:.0f} s, training {t['train']:.0f} s, evaluation "
+        f"{t['eval'] + t['eval_heldout']:.0f} s, total {summary['total_s'] / 60:.1f} min"
+    )
+    print(f"demos: {summary['demos']['path']}")
+    print(f"checkpoint: {summary['checkpoint']}")
+    print(f"logs: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
+    print(f"results and videos: {Path(summary['out']) / 'eval'}, {Path(summary['out']) / 'eval_heldout'}")
+    return EXIT_OK
+
+
+def quickstart_config(args: argparse.Namespace) -> QuickstartConfig:
+    try:
+        return QuickstartConfig(
+            out=args.out,
+            steps=args.steps,
+            demos=args.demos,
+            eval_episodes=args.eval_episodes,
+            progress=not args.no_progress,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
 # ---------------------------------------------------------------------------- parser and main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -434,6 +473,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vlagym {vlagym.__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = {f.name: f.default for f in dataclasses.fields(QuickstartConfig)}
+    p = sub.add_parser(
+        "quickstart",
+        help="the main job: demos -> train the VLA -> evaluate (built-in defaults)",
+        description="Collect scripted demos for VLA-PickCup-v0, train the VLA by behaviour cloning, and evaluate it "
+        "on fresh seeds with the train and the held-out instruction wordings. No arguments needed.",
+    )
+    p.add_argument("--out", default=d["out"], help="run folder (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=d["steps"], help="training steps (default: %(default)s)")
+    p.add_argument("--demos", type=int, default=d["demos"], help="demo episodes (default: %(default)s)")
+    p.add_argument(
+        "--eval-episodes", type=int, default=d["eval_episodes"], help="episodes per evaluation (default: %(default)s)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("list", help="list the registered tasks", description="List the registered vlagym tasks.")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -584,9 +638,11 @@ def _add_dataset_parser(sub) -> None:
 
 def _config_from_args(
     args: argparse.Namespace,
-) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig | BCConfig:
+) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig | BCConfig | QuickstartConfig:
     if args.command == "eval":
         return eval_config(args)
+    if args.command == "quickstart":
+        return quickstart_config(args)
     if args.command == "train-bc":
         return train_bc_config(args)
     if args.command == "list":
@@ -632,6 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dataset(cfg)
         if isinstance(cfg, EvalConfig):
             return run_eval(cfg)
+        if isinstance(cfg, QuickstartConfig):
+            return run_quickstart(cfg)
         if args.command == "train-bc":
             return run_train_bc(cfg)
         return run_video(cfg)
