@@ -45,7 +45,12 @@ def _groups(channels: int) -> int:
 
 
 class FiLMConvEncoder(nn.Module):
-    """Stride-2 conv blocks (conv, GroupNorm, optional FiLM, GELU), global average pool, projection."""
+    """Stride-2 conv blocks (conv, GroupNorm, optional FiLM, GELU), then spatial-softmax keypoints and a
+    global average pool, projected.
+
+    The keypoints (the expected image position of each channel's activation) keep *where* things are;
+    an average pool alone throws position away, and a policy must know where the named object stands.
+    """
 
     def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool):
         super().__init__()
@@ -62,7 +67,7 @@ class FiLMConvEncoder(nn.Module):
                 nn.init.zeros_(f.bias)
                 self.films.append(f)
             c_in = c
-        self.proj = nn.Linear(c_in, out_dim)
+        self.proj = nn.Linear(3 * c_in, out_dim)
 
     def forward(self, images: Tensor, cond: Tensor) -> Tensor:
         x = images
@@ -72,7 +77,18 @@ class FiLMConvEncoder(nn.Module):
                 gamma, beta = self.films[i](cond).chunk(2, dim=-1)
                 x = x * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
             x = F.gelu(x)
-        return self.proj(x.mean(dim=(-2, -1)))
+        return self.proj(torch.cat([_spatial_softmax(x), x.mean(dim=(-2, -1))], dim=-1))
+
+
+def _spatial_softmax(x: Tensor) -> Tensor:
+    """(B, C, H, W) feature maps -> (B, 2C) expected (x, y) positions in [-1, 1] of each channel's softmax."""
+    b, c, h, w = x.shape
+    attention = torch.softmax(x.flatten(2), dim=-1).view(b, c, h, w)
+    ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype)
+    xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype)
+    expected_x = (attention.sum(dim=2) * xs).sum(dim=-1)
+    expected_y = (attention.sum(dim=3) * ys).sum(dim=-1)
+    return torch.cat([expected_x, expected_y], dim=-1)
 
 
 class InstructionEncoder(nn.Module):
