@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import mujoco
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs import drawer
@@ -18,24 +17,6 @@ TASK_IDS = (OPEN, CLOSE, PUT)
 CLASSES = {OPEN: drawer.OpenDrawerEnv, CLOSE: drawer.CloseDrawerEnv, PUT: drawer.PutCupInDrawerEnv}
 # Success thresholds, from the task docstrings.
 OPEN_SUCCESS, CLOSED_SUCCESS = 0.10, 0.01
-
-
-def run_expert(env, seed: int, max_steps: int | None = None) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps or env.spec.max_episode_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
-def names(text: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", text) is not None
 
 
 def present(base) -> list:

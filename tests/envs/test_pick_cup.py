@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs.objects import COLORS
 from vlagym.envs.pick_cup import MIN_SPACING, WORKSPACE, PickCupEnv
 
 LIFT_HEIGHT = 0.05  # success threshold on the cup bottom's height (from the task docstring)
-
-
-def run_expert(env, seed: int, max_steps: int = 100, until_success: bool = False) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated or (until_success and info["success"]):
-            break
-    return steps
 
 
 def seeds_with(env, predicate, count: int, start: int = 0) -> list[int]:
@@ -37,10 +22,6 @@ def seeds_with(env, predicate, count: int, start: int = 0) -> list[int]:
         seed += 1
         assert seed < start + 500, "predicate too rare"
     return found
-
-
-def names(instruction: str, color: str) -> bool:
-    return re.search(rf"\b{re.escape(color)}\b", instruction) is not None
 
 
 # ---------------------------------------------------------------------------- rewards

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import mujoco
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs.objects import COLORS
@@ -18,30 +17,12 @@ LIFT_HEIGHT = 0.05  # success threshold on the target bottom's height (from the 
 KINDS = ("cup", "block", "can")
 
 
-def run_expert(env, seed: int, max_steps: int = 100) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
 def first_seed(env, predicate, start: int = 0) -> int:
     for seed in range(start, start + 300):
         env.reset(seed=seed)
         if predicate(env.unwrapped):
             return seed
     raise AssertionError("predicate too rare")
-
-
-def names(instruction: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", instruction) is not None
 
 
 # ---------------------------------------------------------------------------- rewards

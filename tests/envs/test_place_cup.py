@@ -3,11 +3,10 @@ what counts as placed, and the expert."""
 
 from __future__ import annotations
 
-import re
-
 import mujoco
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs.objects import COLORS
@@ -28,30 +27,12 @@ FIXTURE_WORD = {"VLA-PlaceCupOnPlate-v0": "plate", "VLA-PlaceCupInBowl-v0": "bow
 ENV_IDS = sorted(TASKS)
 
 
-def run_expert(env, seed: int, max_steps: int = 150) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
 def first_seed(env, predicate) -> int:
     for seed in range(300):
         env.reset(seed=seed)
         if predicate(env.unwrapped):
             return seed
     raise AssertionError("predicate too rare")
-
-
-def names(instruction: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", instruction) is not None
 
 
 def put(base, obj, xy, z: float, tilt_deg: float = 0.0) -> dict:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs.objects import COLORS
@@ -14,24 +13,6 @@ from vlagym.envs.splits import SPLITS
 
 ENV_ID = "VLA-PressButton-v0"
 CUSTOM_WEIGHTS = {"reach": 1.0, "press": 0.0}
-
-
-def run_expert(env, seed: int, max_steps: int = 80) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
-def names(instruction: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", instruction) is not None
 
 
 def aim_expert_at(base, monkeypatch, index: int) -> None:

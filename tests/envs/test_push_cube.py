@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
-import vlagym
 from vlagym.envs.expert import PickPlaceExpert
 from vlagym.envs.objects import COLORS
 from vlagym.envs.push_cube import ZONE_DISTANCE, ZONE_HALF, PushCubeEnv
 from vlagym.envs.splits import HELDOUT_COLOR, SPLITS
 
 ENV_ID = "VLA-PushCube-v0"
-
-
-def run_expert(env, seed: int, max_steps: int = 150, perturb=None) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for t in range(max_steps):
-        if perturb is not None:
-            perturb(env.unwrapped, expert, t)
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
-def names(instruction: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", instruction) is not None
 
 
 def present(base) -> list:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import mujoco
 import numpy as np
 import pytest
+from expert_runs import names, run_expert
 
 import vlagym
 from vlagym.envs.objects import BLOCK_HALF, COLORS
@@ -15,24 +14,6 @@ from vlagym.envs.stack_blocks import StackBlocksEnv, StackExpert
 
 ENV_ID = "VLA-StackBlocks-v0"
 CUSTOM_WEIGHTS = {"reach": 1.0, "grasp": 0.0, "place": 2.0, "stacked": 1.0}
-
-
-def run_expert(env, seed: int, max_steps: int = 150) -> list[tuple]:
-    """(obs, reward, terminated, truncated, info) per step of one expert episode."""
-    expert = vlagym.make_expert(env)
-    obs, _ = env.reset(seed=seed)
-    expert.reset()
-    steps = []
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(expert(obs))
-        steps.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            break
-    return steps
-
-
-def names(instruction: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", instruction) is not None
 
 
 def present(base) -> list:
