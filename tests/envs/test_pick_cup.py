@@ -134,6 +134,31 @@ def test_cups_are_placed_apart_on_the_table(make_env):
                 assert gap >= MIN_SPACING - 1e-9, f"seed {seed}: cups {i},{j} {gap:.3f} m apart"
 
 
+@pytest.mark.parametrize("num_cups", [1, 2, 3])
+def test_num_cups_fixes_the_cup_count(num_cups, make_env):
+    env = make_env(num_cups=num_cups)
+    free = make_env()
+    for seed in range(20):
+        env.reset(seed=seed)
+        cups = [o for o in env.unwrapped.objects if o.present]
+        assert len(cups) == num_cups and all(o.kind == "cup" for o in cups)
+        assert env.unwrapped.target in cups
+        free.reset(seed=seed)
+        if sum(o.present for o in free.unwrapped.objects) == num_cups:  # same draw: the same scene
+            assert env.unwrapped.instruction == free.unwrapped.instruction
+
+
+@pytest.mark.parametrize("bad", [0, 4, True, 2.0, "3"])
+def test_num_cups_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="num_cups"):
+        PickCupEnv(num_cups=bad)
+
+
+def test_num_cups_conflicting_with_the_distractors_split_is_an_error():
+    with pytest.raises(ValueError, match="three cups"):
+        PickCupEnv(num_cups=1, split="distractors")
+
+
 def test_reset_succeeds_for_every_seed(make_env):
     env = make_env()
     failures = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,7 +28,7 @@ class PickCupEnv(VLAEnv):
         instruction names one of them. Lift that cup off the table.
 
     Randomisations:
-        Number of cups (1-3), their colours (distinct; never a cup's held-out
+        Number of cups (1-3, or fixed by `num_cups`), their colours (distinct; never a cup's held-out
         colour outside `unseen_combo`), positions (x in [-0.12, 0.08], y in
         [-0.2, 0.2], at least 13 cm apart), yaw (uniform), which cup is the
         target, the instruction template, the arm's start posture (±0.03 rad
@@ -42,6 +43,12 @@ class PickCupEnv(VLAEnv):
     Instructions:
         "pick up the {color} cup" and paraphrases; the `heldout` split uses a
         disjoint set of wordings.
+
+    Args:
+        num_cups: cups on the table, 1-3; None (default) draws it per episode.
+            `num_cups=3` measures instruction following: every scene then
+            holds two wrong cups. The `distractors` split always has three.
+        **kwargs: the `VLAEnv` options (obs_mode, split, ...).
     """
 
     description = "Pick up the cup of the named colour among up to three cups."
@@ -66,6 +73,16 @@ class PickCupEnv(VLAEnv):
     default_reward_weights: ClassVar[dict[str, float]] = {"reach": 0.2, "grasp": 0.3, "lift": 0.5}
     expert_cls = PickExpert
 
+    def __init__(self, num_cups: int | None = None, **kwargs: Any):
+        if num_cups is not None and (
+            isinstance(num_cups, bool) or not isinstance(num_cups, numbers.Integral) or not 1 <= num_cups <= 3
+        ):
+            raise ValueError(f"num_cups must be 1, 2, 3 or None (drawn per episode), got {num_cups!r}")
+        if num_cups not in (None, 3) and kwargs.get("split") == "distractors":
+            raise ValueError(f"the distractors split always holds three cups; got num_cups={num_cups!r}")
+        self.num_cups = None if num_cups is None else int(num_cups)
+        super().__init__(**kwargs)
+
     # ------------------------------------------------------------------ scene
     def _objects_xml(self) -> str:
         return "\n".join(OBJECT_XML[kind](name, (0, 0, -1)) for name, kind in SLOTS)
@@ -81,7 +98,9 @@ class PickCupEnv(VLAEnv):
             chosen = self.objects[:3] + ([self.objects[3], self.objects[4]] if n_other == 4 else [self.objects[3]])
             spacing = DISTRACTOR_SPACING
         else:
-            n_cups = int(rng.integers(1, 4))
+            n_cups = int(rng.integers(1, 4))  # drawn even when fixed, so the rest of the stream does not shift
+            if self.num_cups is not None:
+                n_cups = self.num_cups
             chosen, spacing = self.objects[:n_cups], MIN_SPACING
         cups = [o for o in chosen if o.kind == "cup"]
         target_index = int(rng.integers(len(cups)))
