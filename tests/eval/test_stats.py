@@ -1,0 +1,166 @@
+"""Success-rate statistics: Wilson intervals, McNemar's exact test, verdicts, suite bootstrap, sequential stopping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vlagym.eval import stats
+from vlagym.eval.stats import (
+    A_BETTER,
+    B_BETTER,
+    NO_DIFFERENCE,
+    PairingError,
+    bootstrap_suite_mean,
+    can_stop,
+    compare_outcomes,
+    mcnemar_exact,
+    paired_test,
+    suite_mean,
+    verdict,
+    wilson_interval,
+)
+
+Z2 = 1.96**2
+
+
+# ---------------------------------------------------------------------------- Wilson
+def test_wilson_matches_published_values_and_closed_forms():
+    lo, hi = wilson_interval(8, 10)  # the textbook example: 8/10 -> [0.490, 0.943]
+    assert lo == pytest.approx(0.49016, abs=1e-5) and hi == pytest.approx(0.94332, abs=1e-5)
+    assert wilson_interval(10, 10) == (pytest.approx(10 / (10 + Z2)), 1.0)  # p = 1: [n / (n + z^2), 1]
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(Z2 / (10 + Z2)))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    lo, hi = wilson_interval(5, 10)
+    assert lo == pytest.approx(1 - hi)  # symmetric around 1/2
+    with pytest.raises(ValueError, match="successes"):
+        wilson_interval(11, 10)
+
+
+def test_wilson_is_still_importable_from_the_expert_module():
+    from vlagym.eval.expert import wilson_interval as old
+
+    assert old is stats.wilson_interval
+
+
+# ---------------------------------------------------------------------------- McNemar
+@pytest.mark.parametrize(
+    "a_only, b_only, p",
+    [
+        (0, 6, 0.03125),  # 2 * (1/2)^6
+        (0, 5, 0.0625),  # 2 * (1/2)^5: five one-sided wins are not enough at 0.05
+        (2, 8, 0.109375),  # 2 * (1 + 10 + 45) / 2^10
+        (1, 9, 0.021484375),  # 2 * (1 + 10) / 2^10
+        (0, 0, 1.0),
+        (3, 3, 1.0),  # the two tails overlap: capped at 1
+        (4, 5, 1.0),
+    ],
+)
+def test_mcnemar_exact_matches_hand_computed_values(a_only, b_only, p):
+    assert mcnemar_exact(a_only, b_only) == pytest.approx(p, rel=1e-12)
+    assert mcnemar_exact(b_only, a_only) == mcnemar_exact(a_only, b_only)  # symmetric
+
+
+def test_mcnemar_handles_large_counts_and_rejects_negative_ones():
+    assert 0 <= mcnemar_exact(0, 3000) < 1e-300
+    assert mcnemar_exact(1500, 1500) == 1.0
+    assert mcnemar_exact(480, 520) == pytest.approx(0.2178, abs=1e-3)  # normal approximation: 2 Phi(-1.23)
+    with pytest.raises(ValueError, match="non-negative"):
+        mcnemar_exact(-1, 3)
+
+
+def test_verdicts():
+    assert verdict(6, 0, 0.03125) == A_BETTER
+    assert verdict(0, 6, 0.03125) == B_BETTER
+    assert verdict(5, 0, 0.0625) == NO_DIFFERENCE
+    assert verdict(6, 0, 0.03125, alpha=0.01) == NO_DIFFERENCE
+    assert verdict(6, 0, 0.05) == NO_DIFFERENCE  # p must be below alpha
+
+
+def test_paired_test_counts_discordant_episodes():
+    a = [True] * 10 + [False] * 4 + [True] * 6
+    b = [False] * 10 + [False] * 4 + [True] * 6
+    t = paired_test(a, b)
+    assert (t.n, t.a_successes, t.b_successes, t.a_only, t.b_only) == (20, 16, 6, 10, 0)
+    assert t.difference == pytest.approx(0.5) and t.a_rate == 0.8 and t.b_rate == 0.3
+    assert t.p_value == pytest.approx(2 / 2**10) and t.verdict == A_BETTER
+    assert paired_test(b, a).verdict == B_BETTER and paired_test(b, a).difference == pytest.approx(-0.5)
+    assert paired_test(a, a).verdict == NO_DIFFERENCE and paired_test(a, a).p_value == 1.0
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_test([True], [True, False])
+
+
+def test_compare_outcomes_per_task_and_over_all():
+    a = {("T1", "train", s): True for s in range(8)} | {("T2", "train", s): s < 2 for s in range(8)}
+    b = {("T1", "train", s): False for s in range(8)} | {("T2", "train", s): s < 3 for s in range(8)}
+    tests = compare_outcomes(a, b)
+    assert list(tests) == ["T1", "T2", "all"]
+    assert (tests["T1"].a_only, tests["T1"].b_only, tests["T1"].verdict) == (8, 0, A_BETTER)
+    assert (tests["T2"].a_only, tests["T2"].b_only, tests["T2"].verdict) == (0, 1, NO_DIFFERENCE)
+    assert (tests["all"].n, tests["all"].a_only, tests["all"].b_only) == (16, 8, 1)
+    assert tests["all"].p_value == pytest.approx(2 * (1 + 9) / 2**9)
+
+
+def test_compare_outcomes_refuses_different_episodes():
+    a = {("T1", "train", s): True for s in range(4)}
+    b = {("T1", "train", s): True for s in range(1, 5)}
+    with pytest.raises(PairingError, match=r"1 episode\(s\) only in A .*'T1', 'train', 0.*only in B"):
+        compare_outcomes(a, b)
+    with pytest.raises(PairingError, match="no episodes"):
+        compare_outcomes({}, {})
+
+
+# ---------------------------------------------------------------------------- suite average
+TASKS = [
+    [[1, 0, 1, 1, 0, 1, 1, 1], [1, 1, 0, 0, 1, 0, 1, 1]],
+    [[0, 0, 0, 1, 0, 0, 1, 0], [0, 1, 0, 0, 0, 0, 0, 0]],
+    [[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 1, 1, 1]],
+]
+
+
+def test_suite_mean_weights_every_task_equally():
+    assert suite_mean([[[1, 1]], [[0, 0, 0, 0], [1, 1, 1, 1]]]) == pytest.approx((1 + 0.5) / 2)
+    assert suite_mean(TASKS) == pytest.approx(np.mean([np.mean([np.mean(c) for c in t]) for t in TASKS]))
+
+
+def test_bootstrap_is_deterministic_and_contains_the_mean():
+    mean, lo, hi = bootstrap_suite_mean(TASKS, samples=500, seed=3)
+    assert (mean, lo, hi) == bootstrap_suite_mean(TASKS, samples=500, seed=3)
+    assert mean == suite_mean(TASKS)
+    assert 0 <= lo < mean < hi <= 1
+    assert bootstrap_suite_mean(TASKS, samples=500, seed=4) != (mean, lo, hi)
+
+
+def test_bootstrap_interval_reflects_task_spread():
+    one_task = bootstrap_suite_mean([sum(TASKS, [])], samples=500, seed=0)
+    spread = bootstrap_suite_mean(TASKS, samples=500, seed=0)
+    # same episodes, but drawing tasks too adds the between-task variance
+    assert spread[2] - spread[1] > one_task[2] - one_task[1]
+
+
+def test_bootstrap_degenerate_cases():
+    assert bootstrap_suite_mean([[[1, 1, 1]], [[1, 1]]], samples=50) == (1.0, 1.0, 1.0)
+    assert bootstrap_suite_mean([[[0, 0]]], samples=50) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="no tasks"):
+        bootstrap_suite_mean([])
+    with pytest.raises(ValueError, match="split without episodes"):
+        bootstrap_suite_mean([[[1], []]])
+    with pytest.raises(ValueError, match="samples"):
+        bootstrap_suite_mean(TASKS, samples=0)
+
+
+# ---------------------------------------------------------------------------- sequential stopping
+def test_can_stop_needs_min_episodes_and_a_narrow_interval():
+    assert not can_stop(10, 10, target_width=0.5, min_episodes=20)  # too few episodes, however narrow
+    assert can_stop(20, 20, target_width=0.2, min_episodes=20)  # 20/20: width 1 - 20 / (20 + z^2) = 0.161
+    assert not can_stop(10, 20, target_width=0.2, min_episodes=20)  # 10/20: width ~0.40
+    n = next(n for n in range(20, 1000) if can_stop(n // 2, n, target_width=0.2))
+    lo, hi = wilson_interval(n // 2, n)
+    assert hi - lo <= 0.2 and 90 <= n <= 100  # about (2 * 1.96 * 0.5 / 0.2)^2 = 96 at p = 1/2
+    assert math.isclose(1 - 20 / (20 + Z2), wilson_interval(20, 20)[1] - wilson_interval(20, 20)[0])
+    with pytest.raises(ValueError, match="target_width"):
+        can_stop(1, 2, target_width=0)
+    with pytest.raises(ValueError, match="min_episodes"):
+        can_stop(1, 2, target_width=0.1, min_episodes=0)

@@ -1,0 +1,226 @@
+"""Statistics of success rates: intervals, paired tests, suite averages, sequential stopping.
+
+* `wilson_interval`: the 95% interval of one success rate (correct near 0% and 100%, where
+  the normal approximation collapses to a zero-width interval).
+* `mcnemar_exact` / `paired_test`: two policies run on the *same* initial states
+  (episode i uses seed base + i), so their outcomes are paired. Only the discordant
+  episodes (one policy succeeded, the other failed) carry information about which is
+  better; under "no difference" each discordant episode goes either way with
+  probability 1/2, and McNemar's exact test is the two-sided binomial test on them.
+* `compare_outcomes`: the paired test per task and over all episodes of two runs,
+  matched on (task, split, seed).
+* `bootstrap_suite_mean`: the suite average (the mean over tasks of each task's
+  success rate) with a two-stage bootstrap interval: resample tasks, then episodes
+  within each drawn task's splits. It answers "how different would the average be
+  with other tasks of this kind and other seeds", which an interval over episodes
+  alone understates.
+* `can_stop`: sequential evaluation, a task may stop once its Wilson interval is
+  narrower than a requested width (after a minimum number of episodes).
+
+Pure functions on counts and outcome lists: no files, no environments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+ALPHA = 0.05
+A_BETTER = "A better"
+B_BETTER = "B better"
+NO_DIFFERENCE = "no detectable difference"
+VERDICTS = (A_BETTER, NO_DIFFERENCE, B_BETTER)
+
+#: (task, split, seed): what identifies one episode of a protocol
+EpisodeKey = tuple[str, str, int]
+
+
+# ---------------------------------------------------------------------------- one rate
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95% by default); (0, 1) when n is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be between 0 and n={n}, got {successes}")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def can_stop(successes: int, n: int, target_width: float, min_episodes: int = 20) -> bool:
+    """Sequential evaluation: True once `n >= min_episodes` and the Wilson 95% interval is at most `target_width` wide.
+
+    Stopping on the interval width (never on the rate itself) keeps the rate unbiased enough
+    for a benchmark: the rule does not look at which way the outcomes point.
+    """
+    if not 0 < target_width <= 1:
+        raise ValueError(f"target_width must be in (0, 1], got {target_width}")
+    if min_episodes < 1:
+        raise ValueError(f"min_episodes must be at least 1, got {min_episodes}")
+    if n < min_episodes:
+        return False
+    lo, hi = wilson_interval(successes, n)
+    return hi - lo <= target_width
+
+
+# ---------------------------------------------------------------------------- paired tests
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided p-value of McNemar's exact test from the discordant counts.
+
+    `a_only`: episodes only A solved; `b_only`: episodes only B solved. Under the null each
+    discordant episode is a fair coin, so p = min(1, 2 P(X <= min(a_only, b_only))) with
+    X ~ Binomial(a_only + b_only, 1/2). Computed in exact integer arithmetic.
+    """
+    if a_only < 0 or b_only < 0:
+        raise ValueError(f"discordant counts must be non-negative, got {a_only} and {b_only}")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def verdict(a_only: int, b_only: int, p_value: float, alpha: float = ALPHA) -> str:
+    """Verdict: "A better" or "B better" when the paired test rejects at `alpha`, else "no detectable difference"."""
+    if p_value >= alpha or a_only == b_only:
+        return NO_DIFFERENCE
+    return A_BETTER if a_only > b_only else B_BETTER
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Two policies' outcomes on the same episodes, and McNemar's exact test on them."""
+
+    n: int
+    """paired episodes"""
+    a_successes: int
+    b_successes: int
+    a_only: int
+    """episodes A solved and B did not"""
+    b_only: int
+    """episodes B solved and A did not"""
+    difference: float
+    """success rate of A minus that of B"""
+    p_value: float
+    verdict: str
+
+    @property
+    def a_rate(self) -> float:
+        return self.a_successes / self.n if self.n else math.nan
+
+    @property
+    def b_rate(self) -> float:
+        return self.b_successes / self.n if self.n else math.nan
+
+
+def paired_test(a: Sequence[bool], b: Sequence[bool], alpha: float = ALPHA) -> PairedTest:
+    """McNemar's exact test on outcomes `a[i]`, `b[i]` of the same episode i."""
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes need equal lengths, got {len(a)} and {len(b)}")
+    a_arr, b_arr = np.asarray(a, bool), np.asarray(b, bool)
+    n = len(a_arr)
+    a_only = int(np.sum(a_arr & ~b_arr))
+    b_only = int(np.sum(b_arr & ~a_arr))
+    p = mcnemar_exact(a_only, b_only)
+    return PairedTest(
+        n=n,
+        a_successes=int(a_arr.sum()),
+        b_successes=int(b_arr.sum()),
+        a_only=a_only,
+        b_only=b_only,
+        difference=(a_only - b_only) / n if n else 0.0,
+        p_value=p,
+        verdict=verdict(a_only, b_only, p, alpha),
+    )
+
+
+class PairingError(ValueError):
+    """Two runs that cannot be compared episode by episode (different episodes)."""
+
+
+def compare_outcomes(
+    a: Mapping[EpisodeKey, bool], b: Mapping[EpisodeKey, bool], alpha: float = ALPHA
+) -> dict[str, PairedTest]:
+    """Paired tests of two runs' outcomes keyed by (task, split, seed): one per task (over its splits), and "all".
+
+    Both runs must hold exactly the same episodes: comparing on a subset would let a
+    change of protocol pass for a change of policy. `PairingError` names the difference.
+    Per-task verdicts are each at level `alpha` (no correction for testing many tasks);
+    the "all" row is the single test to read first.
+    """
+    only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+    if only_a or only_b:
+        parts = []
+        if only_a:
+            parts.append(f"{len(only_a)} episode(s) only in A (first: task, split, seed = {only_a[0]})")
+        if only_b:
+            parts.append(f"{len(only_b)} episode(s) only in B (first: task, split, seed = {only_b[0]})")
+        raise PairingError("the runs hold different episodes: " + "; ".join(parts))
+    if not a:
+        raise PairingError("the runs hold no episodes")
+    keys = sorted(a)
+    tests = {}
+    for task in sorted({k[0] for k in keys}):
+        task_keys = [k for k in keys if k[0] == task]
+        tests[task] = paired_test([a[k] for k in task_keys], [b[k] for k in task_keys], alpha)
+    tests["all"] = paired_test([a[k] for k in keys], [b[k] for k in keys], alpha)
+    return tests
+
+
+# ---------------------------------------------------------------------------- suite average
+def suite_mean(tasks: Sequence[Sequence[Sequence[bool]]]) -> float:
+    """Mean over tasks of each task's mean over its splits of the split's success rate.
+
+    `tasks[t][s]` is the list of outcomes of task t on split s. Every task counts equally,
+    whatever its number of splits or episodes.
+    """
+    _check_nested(tasks)
+    return float(np.mean([np.mean([np.mean(cell) for cell in task]) for task in tasks]))
+
+
+def bootstrap_suite_mean(
+    tasks: Sequence[Sequence[Sequence[bool]]], samples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
+    """`suite_mean(tasks)` and its percentile bootstrap interval: (mean, low, high).
+
+    Each bootstrap replicate draws len(tasks) tasks with replacement, then for every drawn
+    task resamples the episodes of each of its splits with replacement (a fresh draw each
+    time a task is drawn). Resampling n outcomes with k successes has k* ~ Binomial(n, k/n),
+    which is what is drawn. A seeded `numpy.random.Generator`: the same inputs give the same
+    interval.
+    """
+    _check_nested(tasks)
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    n_tasks = len(tasks)
+    counts = [np.array([len(cell) for cell in task]) for task in tasks]
+    rates = [np.array([np.mean(cell) for cell in task]) for task in tasks]
+    drawn = rng.integers(0, n_tasks, size=(samples, n_tasks))
+    task_rates = np.empty((samples, n_tasks))
+    for t in range(n_tasks):
+        where = drawn == t
+        k = int(where.sum())
+        if k:  # k draws of task t: resample each of its splits' episodes, average over its splits
+            successes = rng.binomial(counts[t], rates[t], size=(k, len(counts[t])))
+            task_rates[where] = (successes / counts[t]).mean(axis=1)
+    means = task_rates.mean(axis=1)
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(means, [tail, 1 - tail])
+    return suite_mean(tasks), float(lo), float(hi)
+
+
+def _check_nested(tasks: Sequence[Sequence[Sequence[bool]]]) -> None:
+    if len(tasks) == 0:
+        raise ValueError("no tasks to average")
+    for t, task in enumerate(tasks):
+        if len(task) == 0 or any(len(cell) == 0 for cell in task):
+            raise ValueError(f"task {t} has a split without episodes")
