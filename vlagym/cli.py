@@ -8,6 +8,10 @@
     vlagym dataset check pick.hdf5       layout check (exit code 1 when problems are found)
     vlagym eval --policy CKPT|expert --tasks VLA-PickCup-v0 --episodes 50 --num-envs 4 --seed 100000 --out eval/
                                          success rates with Wilson 95% intervals (results.json, results.md)
+    vlagym eval --suite vlagym-pick --policy CKPT|expert --out bench/pick
+                                         a whole benchmark protocol: one results bundle (bundle.json, bundle.md)
+    vlagym bench-suite list|show NAME    the benchmark protocols
+    vlagym compare A B                   paired comparison of two bundles (McNemar's exact test, verdict)
     vlagym train-bc --dataset pick.hdf5 --out runs/bc --steps 3000
                                          behaviour cloning of the VLA (checkpoints, TensorBoard logs, evals);
                                          under torchrun every rank runs it (DDP)
@@ -38,6 +42,19 @@ from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
+from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes
+from vlagym.eval.suite_run import (
+    BUNDLE_JSON,
+    BUNDLE_MD,
+    METRICS,
+    SuiteRunConfig,
+    check_comparable,
+    format_bundle,
+    read_run,
+    run_suite,
+    version_differences,
+)
+from vlagym.eval.suites import SuiteError, format_protocol, get_suite, list_suites
 from vlagym.io import atomic_write_text, temp_path
 from vlagym.train.demos import (
     COMPRESSIONS,
@@ -327,8 +344,38 @@ def run_dataset(cfg: DatasetConfig) -> int:
 
 
 # ---------------------------------------------------------------------------- vlagym eval
-def eval_config(args: argparse.Namespace) -> EvalConfig:
-    """The `EvalConfig` of `vlagym eval` arguments (`--env-kwargs` is a JSON object)."""
+def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
+    """The `SuiteRunConfig` of `vlagym eval --suite NAME`: the protocol fixes tasks, seeds and env settings."""
+    fixed = {
+        "--tasks": args.tasks is not None,
+        "--seed": args.seed is not None,
+        "--env-kwargs": args.env_kwargs != "{}",
+        "--videos": args.videos != 0,
+        "--vectorization": args.vectorization != "sync",
+        "--image-size": args.image_size is not None,
+        "--cameras": args.cameras is not None,
+    }
+    given = [name for name, used in fixed.items() if used]
+    if given:
+        raise UserError(f"--suite fixes the tasks, seeds and env settings; drop {', '.join(given)}")
+    try:
+        return SuiteRunConfig(
+            suite=args.suite,
+            policy=args.policy,
+            out=args.out,
+            episodes=args.episodes,
+            num_envs=args.num_envs,
+            progress=not args.no_progress,
+        )
+    except (SuiteError, EvalError) as e:
+        raise UserError(str(e)) from e
+
+
+def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
+    """The `EvalConfig` of `vlagym eval` arguments (`--env-kwargs` is a JSON object); with `--suite`, a suite run."""
+    if args.suite is not None:
+        return suite_run_config(args)
+    d = EvalConfig.__dataclass_fields__
     tasks = [check_task(t) for t in args.tasks or []]
     try:
         env_kwargs = json.loads(args.env_kwargs)
@@ -340,9 +387,9 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
         return EvalConfig(
             policy=args.policy,
             tasks=tasks,
-            episodes=args.episodes,
+            episodes=d["episodes"].default if args.episodes is None else args.episodes,
             num_envs=args.num_envs,
-            seed=args.seed,
+            seed=d["seed"].default if args.seed is None else args.seed,
             out=args.out,
             env_kwargs=env_kwargs,
             videos=args.videos,
@@ -366,6 +413,128 @@ def run_eval(cfg: EvalConfig) -> int:
         raise UserError(f"the env rejected --env-kwargs {json.dumps(cfg.env_kwargs)}: {e}") from e
     print(format_results(results))
     print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'} (folder {cfg.out})")
+    return EXIT_OK
+
+
+def run_suite_eval(cfg: SuiteRunConfig) -> int:
+    try:
+        bundle = run_suite(cfg)
+    except (EvalError, SuiteError) as e:
+        raise UserError(str(e)) from e
+    print(format_bundle(bundle))
+    print(f"bundle: {Path(cfg.out) / BUNDLE_JSON}, {Path(cfg.out) / BUNDLE_MD} (folder {cfg.out})")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- vlagym bench-suite
+@dataclass
+class BenchSuiteConfig:
+    """Options of `vlagym bench-suite list|show NAME`."""
+
+    action: str
+    """"list" (every suite) or "show" (one protocol in full)"""
+    name: str = ""
+    """show: the suite"""
+    json: bool = False
+    """show: print the protocol as JSON"""
+
+    def __post_init__(self) -> None:
+        _choice("action", self.action, ("list", "show"))
+        if self.action == "show":
+            try:
+                get_suite(self.name)
+            except SuiteError as e:
+                raise UserError(str(e)) from e
+
+
+def run_bench_suite(cfg: BenchSuiteConfig) -> int:
+    if cfg.action == "show":
+        protocol = get_suite(cfg.name)
+        print(json.dumps(protocol.to_dict(), indent=2) if cfg.json else format_protocol(protocol))
+        return EXIT_OK
+    rows = []
+    for name in list_suites():
+        p = get_suite(name)
+        rows.append(
+            {
+                "suite": p.name,
+                "version": p.version,
+                "tasks": str(len(p.tasks)),
+                "splits": str(len(p.splits)),
+                "episodes": f"{p.episodes} x {len(p.tasks) * len(p.splits)}",
+                "description": p.description,
+            }
+        )
+    print(format_table(rows))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- vlagym compare
+@dataclass
+class CompareConfig:
+    """Options of `vlagym compare A B`: paired comparison of two runs of the same protocol."""
+
+    a: str
+    """run A: a bundle folder or bundle.json (or an eval folder / results.json)"""
+    b: str
+    """run B, same protocol and seeds as A"""
+    metric: str = "success"
+    """the outcome compared: success (at any step) or success_at_end"""
+    alpha: float = ALPHA
+    """significance level of McNemar's exact test"""
+    json: bool = False
+    """print the comparison as JSON"""
+
+    def __post_init__(self) -> None:
+        _choice("--metric", self.metric, METRICS)
+        if not 0 < self.alpha < 1:
+            raise UserError(f"--alpha must be between 0 and 1, got {self.alpha}")
+
+
+def format_comparison(tests: dict[str, Any], alpha: float) -> str:
+    """The Markdown table of `compare_outcomes`: one row per task, then "all"."""
+    lines = [
+        "| task | n | A | B | A - B | only A | only B | McNemar p | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for task, t in tests.items():
+        name = f"**{task}**" if task == "all" else task
+        lines.append(
+            f"| {name} | {t.n} | {t.a_rate:.1%} | {t.b_rate:.1%} | {100 * t.difference:+.1f} pts | {t.a_only} | "
+            f"{t.b_only} | {t.p_value:.3g} | {t.verdict} |"
+        )
+    overall = tests["all"]
+    lines += ["", f"verdict over all {overall.n} paired episodes (alpha {alpha:g}): {overall.verdict}"]
+    return "\n".join(lines)
+
+
+def run_compare(cfg: CompareConfig) -> int:
+    try:
+        a, b = read_run(cfg.a, cfg.metric), read_run(cfg.b, cfg.metric)
+        check_comparable(a, b)
+        tests = compare_outcomes(a.outcomes, b.outcomes, cfg.alpha)
+    except PairingError as e:
+        raise UserError(str(e)) from e
+    notes = version_differences(a, b)
+    if cfg.json:
+        doc = {
+            "a": {"path": a.path, "policy": a.policy},
+            "b": {"path": b.path, "policy": b.policy},
+            "protocol": a.protocol,
+            "metric": cfg.metric,
+            "alpha": cfg.alpha,
+            "tests": {task: dataclasses.asdict(t) for task, t in tests.items()},
+            "version_differences": notes,
+        }
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    print(f"A: {a.path} (policy {a.policy})")
+    print(f"B: {b.path} (policy {b.policy})")
+    print(f"protocol: {a.protocol}; metric: {cfg.metric}; McNemar's exact test on paired episodes")
+    print()
+    print(format_comparison(tests, cfg.alpha))
+    if notes:
+        print(f"note: the runs used different software versions: {'; '.join(notes)}")
     return EXIT_OK
 
 
@@ -519,8 +688,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demos_parser(sub)
     _add_dataset_parser(sub)
     _add_eval_parser(sub)
+    _add_bench_suite_parser(sub)
+    _add_compare_parser(sub)
     _add_train_bc_parser(sub)
     return parser
+
+
+def _add_bench_suite_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench-suite",
+        help="benchmark protocols (list, show NAME)",
+        description="The named, versioned benchmark protocols that `vlagym eval --suite NAME` runs.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("list", help="every suite: version, tasks, splits, episodes")
+    a = actions.add_parser("show", help="one protocol in full: tasks, horizons, splits, seeds, success, chunks")
+    a.add_argument("name", help="suite name (see `vlagym bench-suite list`)")
+    a.add_argument("--json", action="store_true", help="print the protocol as JSON")
+
+
+def _add_compare_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="paired comparison of two results bundles (McNemar's exact test)",
+        description="Compare two runs of the same protocol episode by episode (same task, split and seed): per-task "
+        "difference, discordant episodes, McNemar's exact p-value and a verdict. Exit code 2 when the runs do not "
+        "hold the same episodes.",
+    )
+    p.add_argument("a", help="run A: bundle folder or bundle.json (or a vlagym eval folder / results.json)")
+    p.add_argument("b", help="run B")
+    p.add_argument("--metric", default="success", help=f"one of {list(METRICS)} (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 
 def _add_train_bc_parser(sub) -> None:
@@ -556,15 +755,24 @@ def _add_eval_parser(sub) -> None:
         "eval",
         help="success rate of a checkpoint or the scripted expert",
         description="Evaluate a policy in vector envs: episode i of each task uses seed SEED+i (identical initial "
-        "states for any two policies). Writes OUT/results.json, OUT/results.md and OUT/eval_config.json.",
+        "states for any two policies). Writes OUT/results.json, OUT/results.md and OUT/eval_config.json. With "
+        "--suite NAME, runs a whole benchmark protocol instead and writes OUT/bundle.json and OUT/bundle.md.",
     )
     p.add_argument("--policy", required=True, help="checkpoint folder, or 'expert' for the scripted expert")
+    p.add_argument(
+        "--suite", default=None, help="run a benchmark protocol (see `vlagym bench-suite list`); fixes tasks and seeds"
+    )
     p.add_argument("--tasks", nargs="+", default=None, help="task ids (default: the checkpoint's task)")
-    p.add_argument("--episodes", type=int, default=d["episodes"].default, help="per task (default: %(default)s)")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help=f"per task (default: {d['episodes'].default}; with --suite the protocol's, fewer for a quick run)",
+    )
     p.add_argument(
         "--num-envs", type=int, default=d["num_envs"].default, help="parallel sub-envs (default: %(default)s)"
     )
-    p.add_argument("--seed", type=int, default=d["seed"].default, help="episode i uses seed+i (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help=f"episode i uses seed+i (default: {d['seed'].default})")
     p.add_argument("--out", default=d["out"].default, help="output folder (default: %(default)s)")
     p.add_argument(
         "--env-kwargs",
@@ -638,9 +846,24 @@ def _add_dataset_parser(sub) -> None:
 
 def _config_from_args(
     args: argparse.Namespace,
-) -> ListConfig | VideoConfig | DemoConfig | DatasetConfig | EvalConfig | BCConfig | QuickstartConfig:
+) -> (
+    ListConfig
+    | VideoConfig
+    | DemoConfig
+    | DatasetConfig
+    | EvalConfig
+    | SuiteRunConfig
+    | BenchSuiteConfig
+    | CompareConfig
+    | BCConfig
+    | QuickstartConfig
+):
     if args.command == "eval":
         return eval_config(args)
+    if args.command == "bench-suite":
+        return BenchSuiteConfig(action=args.action, name=getattr(args, "name", ""), json=getattr(args, "json", False))
+    if args.command == "compare":
+        return CompareConfig(a=args.a, b=args.b, metric=args.metric, alpha=args.alpha, json=args.json)
     if args.command == "quickstart":
         return quickstart_config(args)
     if args.command == "train-bc":
@@ -688,6 +911,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dataset(cfg)
         if isinstance(cfg, EvalConfig):
             return run_eval(cfg)
+        if isinstance(cfg, SuiteRunConfig):
+            return run_suite_eval(cfg)
+        if isinstance(cfg, BenchSuiteConfig):
+            return run_bench_suite(cfg)
+        if isinstance(cfg, CompareConfig):
+            return run_compare(cfg)
         if isinstance(cfg, QuickstartConfig):
             return run_quickstart(cfg)
         if args.command == "train-bc":

@@ -1,0 +1,426 @@
+"""Run a benchmark protocol (`vlagym.eval.suites`) and write one results bundle; read bundles back to compare.
+
+`run_suite` evaluates a policy on every task x split of a protocol, episode i
+with seed `base_seed + i`, and writes (atomically):
+
+    OUT/bundle.json   protocol (name, version, every setting), per task x split
+                      results (rates, Wilson 95% CI, one record per episode),
+                      suite average with its bootstrap interval, fingerprint of
+                      the software, machine and checkpoint, and the one-line
+                      command that reproduces the bundle
+    OUT/bundle.md     the same as Markdown tables (task x split matrix, suite average)
+
+Re-running the recorded command on the same machine reproduces every episode's
+outcome: the seeds fix the initial states, the expert is deterministic, and a
+checkpoint's outcomes depend only on its weights and `num_envs` (recorded).
+
+`read_run` loads a bundle (or a plain `vlagym eval` results.json) as outcomes keyed
+by (task, split, seed), which `vlagym.eval.stats.compare_outcomes` pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import vlagym
+from vlagym.eval.evaluate import (
+    CHECKPOINT_FILES,
+    EXPERT,
+    CheckpointPolicy,
+    EvalError,
+    ExpertPolicy,
+    episode_dict,
+    read_checkpoint_config,
+    summarize,
+)
+from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
+from vlagym.eval.stats import PairingError, bootstrap_suite_mean
+from vlagym.eval.suites import SuiteProtocol, get_suite
+from vlagym.io import atomic_write_json, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "vlagym-results-bundle"
+BUNDLE_FORMAT_VERSION = 1
+BUNDLE_JSON = "bundle.json"
+BUNDLE_MD = "bundle.md"
+RESULTS_JSON = "results.json"
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+METRICS = ("success", "success_at_end")
+
+
+@dataclass
+class SuiteRunConfig:
+    """Options of `vlagym eval --suite NAME`."""
+
+    suite: str
+    """benchmark suite name (`vlagym bench-suite list`)"""
+    policy: str
+    """"expert" or a checkpoint folder (model.safetensors + config.json)"""
+    out: str = "eval"
+    """output folder (bundle.json, bundle.md)"""
+    episodes: int | None = None
+    """episodes per task and split; None means the protocol's (a smaller number is a quick, partial run)"""
+    num_envs: int = 1
+    """parallel sub-envs; a checkpoint's outcomes can depend on it, so it is part of the reproduction command"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        get_suite(self.suite)  # SuiteError (a ValueError) naming the known suites
+        if self.episodes is not None and self.episodes < 1:
+            raise EvalError(f"episodes must be at least 1, got {self.episodes}")
+        if self.num_envs < 1:
+            raise EvalError(f"num_envs must be at least 1, got {self.num_envs}")
+        if self.policy != EXPERT:
+            read_checkpoint_config(self.policy)  # EvalError naming what is missing
+
+
+# ---------------------------------------------------------------------------- fingerprint
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _gpu_name() -> str:
+    if "torch" not in sys.modules:  # only a checkpoint imports torch; the expert runs without it
+        return "not used (no torch in this run)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "none (torch.cuda unavailable)"
+    return ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+
+
+def _gl_renderer(rendered: bool) -> str:
+    """The OpenGL vendor/renderer string, when this run rendered and asking is cheap and safe (EGL/OSMesa)."""
+    if not rendered:
+        return "not used (state observations)"
+    backend = os.environ.get("MUJOCO_GL", "")
+    if backend not in ("egl", "osmesa"):  # a failed GLFW context can abort the process: never probe it
+        return f"unknown (MUJOCO_GL={backend or 'unset'})"
+    try:
+        import mujoco
+        from OpenGL import GL
+
+        ctx = mujoco.GLContext(16, 16)
+        try:
+            ctx.make_current()
+            parts = [GL.glGetString(name) for name in (GL.GL_VENDOR, GL.GL_RENDERER, GL.GL_VERSION)]
+        finally:
+            ctx.free()
+        return " | ".join(p.decode() if isinstance(p, bytes) else str(p) for p in parts)
+    except Exception as err:  # noqa: BLE001 - a fingerprint field, never a reason to fail the run
+        logger.info("could not read the GL renderer string: %s", err)
+        return "unknown"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_hashes(policy: str) -> dict[str, str]:
+    """sha256 of the checkpoint's files and of its normalisation statistics (canonical JSON); "expert" for it."""
+    if policy == EXPERT:
+        return {name: EXPERT for name in (*CHECKPOINT_FILES, "stats")}
+    folder = Path(policy)
+    hashes = {name: _sha256(folder / name) for name in CHECKPOINT_FILES}
+    stats = json.loads((folder / "config.json").read_text()).get("stats")
+    hashes["stats"] = hashlib.sha256(json.dumps(stats, sort_keys=True).encode()).hexdigest()
+    return hashes
+
+
+def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:
+    """Software versions, machine, renderer and checkpoint hashes of this run."""
+    return {
+        "versions": {
+            "vlagym": vlagym.__version__,
+            "mujoco": _version("mujoco"),
+            "gymnasium": _version("gymnasium"),
+            "numpy": np.__version__,
+            "torch": _version("torch"),
+            "python": platform.python_version(),
+        },
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "gpu": _gpu_name(),
+        "gl_renderer": _gl_renderer(rendered),
+        "mujoco_gl": os.environ.get("MUJOCO_GL", "unset"),
+        "checkpoint_sha256": checkpoint_hashes(cfg.policy),
+    }
+
+
+def reproduction_command(cfg: SuiteRunConfig) -> str:
+    """The `vlagym eval --suite ...` line that reruns `cfg` (settings at their defaults are left out)."""
+    argv = ["vlagym", "eval", "--suite", cfg.suite, "--policy", cfg.policy, "--out", cfg.out]
+    if cfg.episodes is not None:
+        argv += ["--episodes", str(cfg.episodes)]
+    if cfg.num_envs != 1:
+        argv += ["--num-envs", str(cfg.num_envs)]
+    return shlex.join(argv)
+
+
+# ---------------------------------------------------------------------------- running
+def _load_checkpoint(cfg: SuiteRunConfig, protocol: SuiteProtocol) -> CheckpointPolicy:
+    try:
+        checkpoint = CheckpointPolicy(cfg.policy)
+    except ValueError as e:  # a checkpoint this vlagym cannot rebuild (format, weights that do not fit)
+        raise EvalError(f"cannot load the checkpoint {cfg.policy!r}: {e}") from e
+    if protocol.n_action_steps is not None:  # the protocol fixes chunk execution: override the checkpoint's
+        try:
+            checkpoint.policy.config = dataclasses.replace(
+                checkpoint.policy.config, n_action_steps=protocol.n_action_steps
+            )
+        except ValueError as e:
+            raise EvalError(f"{protocol.label} executes {protocol.n_action_steps} actions per chunk: {e}") from e
+    return checkpoint
+
+
+def chunk_settings(checkpoint: CheckpointPolicy | None, protocol: SuiteProtocol) -> dict[str, Any]:
+    """How actions were executed: the policy's chunk size, actions run per chunk, temporal ensembling."""
+    if checkpoint is None:
+        return {"policy": "scripted expert: one action per step", "protocol_n_action_steps": protocol.n_action_steps}
+    c = checkpoint.policy.config
+    return {
+        "chunk_size": c.chunk_size,
+        "n_action_steps": c.n_action_steps,
+        "temporal_ensemble": c.temporal_ensemble,
+        "protocol_n_action_steps": protocol.n_action_steps,
+    }
+
+
+def cell_env_kwargs(checkpoint: CheckpointPolicy | None, split: str) -> dict[str, Any]:
+    """Env kwargs of one task x split: what the policy observes, and the split (its instruction set implied)."""
+    kwargs: dict[str, Any] = {"obs_mode": "state"} if checkpoint is None else dict(checkpoint.env_kwargs)
+    kwargs.pop("instruction_split", None)  # the split decides the wording (heldout_paraphrase: held-out)
+    kwargs["split"] = split
+    return kwargs
+
+
+def _run_cell(
+    task: str, split: str, seeds: list[int], cfg: SuiteRunConfig, checkpoint: CheckpointPolicy | None
+) -> tuple[list[EpisodeRecord], dict[str, Any]]:
+    kwargs = cell_env_kwargs(checkpoint, split)
+    envs = make_rollout_envs(task, cfg.num_envs, "sync", **kwargs)
+    try:
+        policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
+        records = run_episodes(envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress)
+    finally:
+        envs.close()
+    return records, kwargs
+
+
+def suite_average(results: dict[str, dict[str, Any]], metric: str) -> dict[str, Any]:
+    """Mean over tasks of the task's mean over splits of `metric`, with the bootstrap 95% interval."""
+    nested = [[[e[metric] for e in cell["episodes"]] for cell in by_split.values()] for by_split in results.values()]
+    mean, lo, hi = bootstrap_suite_mean(nested, samples=BOOTSTRAP_SAMPLES, seed=BOOTSTRAP_SEED)
+    return {
+        "mean": mean,
+        "ci95": [lo, hi],
+        "method": f"percentile bootstrap, {BOOTSTRAP_SAMPLES} samples, seed {BOOTSTRAP_SEED}: tasks, then episodes "
+        "within each task's splits",
+    }
+
+
+def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
+    """Run the protocol `cfg.suite` for `cfg.policy`; writes OUT/bundle.json and OUT/bundle.md, returns the bundle."""
+    protocol = get_suite(cfg.suite)
+    protocol.check_registered()
+    checkpoint = None if cfg.policy == EXPERT else _load_checkpoint(cfg, protocol)
+    out = Path(cfg.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise EvalError(f"cannot create the output folder {cfg.out!r}: {e.strerror or e}") from e
+    seeds = protocol.seeds(cfg.episodes)
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    for task in protocol.tasks:
+        results[task] = {}
+        for split in protocol.splits:
+            logger.info("%s: %s on %s / %s, %d episodes", protocol.label, cfg.policy, task, split, len(seeds))
+            t_cell = time.perf_counter()
+            records, kwargs = _run_cell(task, split, seeds, cfg, checkpoint)
+            cell = summarize(records)
+            cell["env_kwargs"] = kwargs
+            cell["seconds"] = round(time.perf_counter() - t_cell, 3)
+            cell["episodes"] = [episode_dict(r) for r in records]
+            results[task][split] = cell
+    wall = time.perf_counter() - t0
+    rendered = checkpoint is not None and "rgb" in str(checkpoint.env_kwargs.get("obs_mode", "rgb"))
+    bundle = {
+        "format": BUNDLE_FORMAT,
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "protocol": protocol.to_dict(),
+        "episodes": len(seeds),
+        "partial": len(seeds) != protocol.episodes,
+        "policy": cfg.policy,
+        "config": dataclasses.asdict(cfg),
+        "seeds": {"base_seed": protocol.base_seed, "count": len(seeds), "first": seeds[0], "last": seeds[-1]},
+        "chunk_settings": chunk_settings(checkpoint, protocol),
+        "results": results,
+        "suite_average": {metric: suite_average(results, metric) for metric in METRICS},
+        "fingerprint": fingerprint(cfg, rendered),
+        "started_utc": started.isoformat(timespec="seconds"),
+        "wall_clock_s": round(wall, 3),
+        "reproduce": reproduction_command(cfg),
+    }
+    atomic_write_json(out / BUNDLE_JSON, bundle)
+    atomic_write_text(out / BUNDLE_MD, format_bundle(bundle) + "\n")
+    return bundle
+
+
+# ---------------------------------------------------------------------------- Markdown
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_bundle(bundle: dict[str, Any]) -> str:
+    """Markdown: header lines, the success matrix (task x split, with Wilson 95% CIs), success at end, suite average."""
+    protocol = bundle["protocol"]
+    splits = list(protocol["splits"])
+    label = f"{protocol['name']} v{protocol['version']}"
+    partial = f" (partial: {bundle['episodes']} of {protocol['episodes']})" if bundle["partial"] else ""
+    lines = [
+        f"# {label}: {bundle['policy']}",
+        "",
+        f"{bundle['episodes']} episodes per task and split{partial}, seeds {bundle['seeds']['first']}.."
+        f"{bundle['seeds']['last']}; wall clock {bundle['wall_clock_s']:.1f} s.",
+        f"Reproduce: `{bundle['reproduce']}`",
+    ]
+    for metric, title in (("success", "Success (any step), 95% Wilson CI"), ("success_at_end", "Success at end")):
+        rate_key = "success_rate" if metric == "success" else "success_at_end_rate"
+        lines += ["", f"## {title}", "", "| task | " + " | ".join(splits) + " | mean |"]
+        lines.append("|---|" + "---:|" * (len(splits) + 1))
+        for task, by_split in bundle["results"].items():
+            cells = []
+            for split in splits:
+                c = by_split[split]
+                cell = _pct(c[rate_key])
+                if metric == "success":
+                    cell += f" [{_pct(c['ci95'][0])}, {_pct(c['ci95'][1])}]"
+                cells.append(cell)
+            mean = float(np.mean([by_split[s][rate_key] for s in splits]))
+            lines.append(f"| {task} | " + " | ".join(cells) + f" | {_pct(mean)} |")
+    lines += ["", "## Suite average", "", "| metric | mean | 95% bootstrap CI |", "|---|---:|---|"]
+    for metric, avg in bundle["suite_average"].items():
+        lines.append(f"| {metric} | {_pct(avg['mean'])} | [{_pct(avg['ci95'][0])}, {_pct(avg['ci95'][1])}] |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- reading runs back
+@dataclass(frozen=True)
+class Run:
+    """A results bundle or a `vlagym eval` results.json, as outcomes keyed by (task, split, seed)."""
+
+    path: str
+    protocol: str
+    """"NAME vVERSION" of a bundle; "vlagym eval results" for a results.json"""
+    policy: str
+    outcomes: dict[tuple[str, str, int], bool]
+    versions: dict[str, Any]
+    episodes: int
+    """episodes per task (and split)"""
+
+
+def _split_of(env_kwargs: dict[str, Any]) -> str:
+    """The split label of a plain evaluation: its split, plus an instruction set other than the split's own."""
+    split = env_kwargs.get("split", "train")
+    instructions = env_kwargs.get("instruction_split")
+    implied = "heldout" if split == "heldout_paraphrase" else "train"
+    return split if instructions in (None, implied) else f"{split}+{instructions}_instructions"
+
+
+def read_run(path: str | os.PathLike, metric: str = "success") -> Run:
+    """Load a bundle folder, a bundle.json, an eval folder or a results.json; `PairingError` if it is none of them."""
+    if metric not in METRICS:
+        raise PairingError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    p = Path(path)
+    if p.is_dir():
+        found = [p / name for name in (BUNDLE_JSON, RESULTS_JSON) if (p / name).is_file()]
+        if not found:
+            raise PairingError(f"{str(path)!r} holds neither {BUNDLE_JSON} nor {RESULTS_JSON}")
+        p = found[0]
+    elif not p.is_file():
+        raise PairingError(f"{str(path)!r} does not exist")
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise PairingError(f"cannot read {str(p)!r}: {e}") from e
+    if not isinstance(doc, dict):
+        raise PairingError(f"{str(p)!r} is not a results bundle or results.json")
+    if doc.get("format") == BUNDLE_FORMAT:
+        outcomes = {
+            (task, split, int(e["seed"])): bool(e[metric])
+            for task, by_split in doc["results"].items()
+            for split, cell in by_split.items()
+            for e in cell["episodes"]
+        }
+        label = f"{doc['protocol']['name']} v{doc['protocol']['version']}"
+        versions = doc.get("fingerprint", {}).get("versions", {})
+        return Run(str(p), label, str(doc["policy"]), outcomes, versions, int(doc["episodes"]))
+    if isinstance(doc.get("tasks"), dict) and "env_kwargs" in doc:
+        split = _split_of(doc["env_kwargs"])
+        outcomes = {
+            (task, split, int(e["seed"])): bool(e[metric])
+            for task, summary in doc["tasks"].items()
+            for e in summary["episodes"]
+        }
+        versions = {"vlagym": doc.get("vlagym_version")}
+        return Run(str(p), "vlagym eval results", str(doc.get("policy")), outcomes, versions, int(doc["episodes"]))
+    raise PairingError(f"{str(p)!r} is neither a results bundle ({BUNDLE_JSON}) nor a vlagym eval {RESULTS_JSON}")
+
+
+def check_comparable(a: Run, b: Run) -> None:
+    """`PairingError` unless both runs follow the same protocol (the episodes are checked when pairing)."""
+    if a.protocol != b.protocol:
+        raise PairingError(
+            f"the runs follow different protocols: A is {a.protocol} ({a.path}), B is {b.protocol} ({b.path})"
+        )
+    if a.episodes != b.episodes:
+        raise PairingError(
+            f"A ran {a.episodes} episodes per task and split, B {b.episodes}: compare runs with the same --episodes"
+        )
+
+
+def version_differences(a: Run, b: Run) -> list[str]:
+    """One "name: A vs B" line per software version that differs between the two runs."""
+    return [
+        f"{name}: {a.versions.get(name)} vs {b.versions.get(name)}"
+        for name in sorted(set(a.versions) | set(b.versions))
+        if a.versions.get(name) != b.versions.get(name)
+    ]
