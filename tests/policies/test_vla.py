@@ -152,6 +152,42 @@ def test_temporal_ensemble_averages_overlapping_chunks(tokenizer):
     assert got == pytest.approx([0.0, 5.5, 11.0])
 
 
+def _fake_chunks(policy, b):
+    """Chunk i has value 100 * i + 10 * row + step in every action entry."""
+    count = iter(range(1000))
+    base = torch.arange(K, dtype=torch.float32)[None, :] + 10 * torch.arange(b, dtype=torch.float32)[:, None]
+
+    def predict(batch, generator=None):
+        return (base + 100 * next(count))[:, :, None].expand(b, K, A).clone()
+
+    policy.predict_action_chunk = predict
+
+
+def test_masked_reset_restarts_only_those_rows(tokenizer):
+    policy = tiny(tokenizer, n_action_steps=3)
+    _fake_chunks(policy, 2)
+    batch = make_batch(b=2)
+    first = [policy.select_action(batch)[:, 0].tolist() for _ in range(2)]
+    assert first == [[0.0, 10.0], [1.0, 11.0]]  # chunk 0, steps 0 and 1
+    policy.reset(mask=np.array([True, False]))
+    # row 0 starts chunk 1; row 1 finishes chunk 0, then both rows refill on their own schedule
+    got = [policy.select_action(batch)[:, 0].tolist() for _ in range(4)]
+    assert got == [[100.0, 12.0], [101.0, 210.0], [102.0, 211.0], [300.0, 212.0]]
+    policy.reset()
+    assert policy.select_action(batch)[:, 0].tolist() == [400.0, 410.0]
+
+
+def test_masked_reset_restarts_the_temporal_ensemble_of_those_rows(tokenizer):
+    policy = tiny(tokenizer, temporal_ensemble=True, ensemble_coeff=0.0)
+    _fake_chunks(policy, 2)
+    batch = make_batch(b=2)
+    assert policy.select_action(batch)[:, 0].tolist() == [0.0, 10.0]
+    policy.reset(mask=[False, True])
+    # row 0 averages chunk 0 step 1 with chunk 1 step 0; row 1 starts afresh from chunk 1
+    assert policy.select_action(batch)[:, 0].tolist() == pytest.approx([(1 + 100) / 2, 110.0])
+    assert policy.select_action(batch)[:, 0].tolist() == pytest.approx([(2 + 101 + 200) / 3, (111 + 210) / 2])
+
+
 def test_flow_inference_is_deterministic_for_a_seed(tokenizer):
     policy = tiny(tokenizer, head="flow").eval()
     batch = make_batch(b=2)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,9 +160,11 @@ class VLAPolicy(nn.Module):
         self.register_buffer("proprio_offset", torch.zeros(cfg.proprio_dim))
         self.register_buffer("proprio_scale", torch.ones(cfg.proprio_dim))
         self.norm_stats: NormStats | None = None
-        self._queue: deque[Tensor] = deque()
+        # Acting state, one row per batch entry (per sub-env), so `reset(mask)` can restart single rows.
+        self._chunk: Tensor | None = None  # (B, n_action_steps, A) the actions being executed
+        self._step: Tensor | None = None  # (B,) index of each row's next action in `_chunk`
         self._ensemble: Tensor | None = None  # (B, K-1, A) running averages of the steps ahead
-        self._ensemble_count: Tensor | None = None  # (K-1,) predictions averaged per step ahead
+        self._ensemble_count: Tensor | None = None  # (B, K-1) predictions averaged per step ahead
 
     # ------------------------------------------------------------------ statistics
     def set_stats(self, stats: Mapping[str, Any] | NormStats) -> None:
@@ -289,36 +290,67 @@ class VLAPolicy(nn.Module):
                 pred = pred + dt * self._velocity(feats, pred, t)
         return pred * self.action_scale + self.action_offset
 
-    def reset(self) -> None:
-        """Forget queued actions and the temporal ensemble: call at every episode start."""
-        self._queue.clear()
-        self._ensemble = self._ensemble_count = None
+    @torch.inference_mode()  # the acting state is made of inference tensors: update it in the same mode
+    def reset(self, mask: np.ndarray | Tensor | None = None) -> None:
+        """Forget queued actions and the temporal ensemble: call at every episode start.
+
+        `mask` (bool, one per batch row) restarts only those rows, e.g. the sub-envs of a vector env that
+        begin a new episode; the other rows keep executing their chunks. None restarts every row.
+        """
+        rows = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))
+        state = self._step if self._step is not None else self._ensemble_count
+        if rows is None or state is None or rows.shape != state.shape[:1]:
+            # Everything (or another batch size: the next call starts afresh anyway).
+            self._chunk = self._step = self._ensemble = self._ensemble_count = None
+            return
+        if self._step is not None:
+            self._step[rows] = self.config.n_action_steps  # exhausted: the next call predicts for these rows
+        if self._ensemble_count is not None:
+            self._ensemble_count[rows.to(self._ensemble_count.device)] = 0
 
     @torch.inference_mode()
     def select_action(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
-        """(B, A) the action to execute now: from the queue, refilled with `n_action_steps` actions of a new chunk
-        when empty; with temporal ensembling, a weighted average of every chunk predicted for this step."""
+        """(B, A) the action to execute now: the next of `n_action_steps` actions of the row's current chunk,
+        with a new chunk predicted for the rows that ran out; with temporal ensembling, a weighted average of
+        every chunk predicted for this step."""
         if self.config.temporal_ensemble:
             return self._ensembled_action(self.predict_action_chunk(batch, generator))
-        if not self._queue:
-            chunk = self.predict_action_chunk(batch, generator)
-            self._queue.extend(chunk[:, : self.config.n_action_steps].unbind(1))
-        return self._queue.popleft()
+        n = self.config.n_action_steps
+        b = self._batch_size(batch)
+        if self._step is None or self._step.shape[0] != b:
+            self._chunk, self._step = None, torch.full((b,), n, dtype=torch.long)
+        refill = self._step >= n
+        if bool(refill.any()):
+            chunk = self.predict_action_chunk(batch, generator)[:, :n]
+            if self._chunk is None or bool(refill.all()):
+                self._chunk = chunk.clone()
+            else:
+                self._chunk[refill.to(chunk.device)] = chunk[refill.to(chunk.device)]
+            self._step[refill] = 0
+        action = self._chunk[torch.arange(b, device=self._chunk.device), self._step.to(self._chunk.device)]
+        self._step += 1
+        return action
+
+    def _batch_size(self, batch: Mapping[str, Any]) -> int:
+        if PROPRIO_KEY in batch:
+            return int(torch.as_tensor(batch[PROPRIO_KEY]).reshape(-1, self.config.proprio_dim).shape[0])
+        return int(torch.as_tensor(batch[IMAGE_KEY + self.config.cameras[0]]).shape[0])
 
     def _ensembled_action(self, chunk: Tensor) -> Tensor:
-        """ACT's temporal ensemble, as an online weighted mean with weights exp(-coeff * i), i = 0 the oldest."""
-        k = chunk.shape[1]
+        """ACT's temporal ensemble, as an online weighted mean with weights exp(-coeff * i), i = 0 the oldest.
+
+        Row r's step j ahead has averaged `count[r, j]` earlier predictions; 0 for a row that was just reset."""
+        b, k = chunk.shape[:2]
         weights = torch.exp(-self.config.ensemble_coeff * torch.arange(k, device=chunk.device, dtype=chunk.dtype))
-        cum = weights.cumsum(0)
-        if self._ensemble is None or self._ensemble.shape[0] != chunk.shape[0]:
-            avg, count = chunk, torch.ones(k, dtype=torch.long, device=chunk.device)
-        else:
-            n = self._ensemble_count  # steps 0 .. K-2 of this chunk overlap the running averages
-            prev = self._ensemble * cum[n - 1][None, :, None]
-            overlap = (prev + chunk[:, :-1] * weights[n][None, :, None]) / cum[n][None, :, None]
-            avg = torch.cat([overlap, chunk[:, -1:]], dim=1)
-            count = torch.cat([(n + 1).clamp_max(k - 1), torch.ones(1, dtype=torch.long, device=chunk.device)])
-        self._ensemble, self._ensemble_count = avg[:, 1:], count[1:]
+        cum = F.pad(weights.cumsum(0), (1, 0))  # cum[n]: total weight of the n oldest predictions
+        if self._ensemble is None or self._ensemble.shape[0] != b:
+            self._ensemble = torch.zeros(b, k - 1, chunk.shape[2], device=chunk.device, dtype=chunk.dtype)
+            self._ensemble_count = torch.zeros(b, k - 1, dtype=torch.long, device=chunk.device)
+        n = self._ensemble_count  # steps 0 .. K-2 of this chunk overlap the running averages
+        overlap = (self._ensemble * cum[n][..., None] + chunk[:, :-1] * weights[n][..., None]) / cum[n + 1][..., None]
+        avg = torch.cat([overlap, chunk[:, -1:]], dim=1)
+        ones = torch.ones(b, 1, dtype=torch.long, device=chunk.device)
+        self._ensemble, self._ensemble_count = avg[:, 1:], torch.cat([(n[:, 1:] + 1).clamp_max(k - 1), ones], dim=1)
         return avg[:, 0]
 
     def batch_from_obs(self, obs: Mapping[str, Any]) -> dict[str, Any]:
