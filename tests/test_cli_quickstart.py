@@ -16,11 +16,14 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "held-out paraphrases" in printed and "VLA-PickCup-v0" in printed and "checkpoint:" in printed
+    assert "three cups (instruction following)" in printed
     summary = json.loads((out / "quickstart_summary.json").read_text())
     assert summary["demos"]["demos"] == 2
-    for folder in ("eval", "eval_heldout"):
+    for folder in ("eval", "eval_heldout", "eval_three_cups"):
         results = json.loads((out / folder / "results.json").read_text())
         assert results["tasks"]["VLA-PickCup-v0"]["n"] == 2
+    three_cups = json.loads((out / "eval_three_cups" / "eval_config.json").read_text())
+    assert three_cups["env_kwargs"]["num_cups"] == 3
     assert (out / "bc" / "checkpoints").is_dir() and (out / "quickstart_config.json").is_file()
     assert list((out / "eval" / "videos").glob("*.mp4"))
 

@@ -603,21 +603,20 @@ def run_quickstart(cfg: QuickstartConfig) -> int:
 
     summary = run(cfg)
     t = summary["timings_s"]
-    print()
-    print("train instructions:")
-    print(format_results(summary["results"]["eval"]))
-    print()
-    print("held-out paraphrases:")
-    print(format_results(summary["results"]["eval_heldout"]))
+    evals = list(summary["results"])
+    for name in evals:
+        print()
+        print(f"{summary['labels'][name]}:")
+        print(format_results(summary["results"][name]))
     print()
     print(
         f"time: demos {t['demos']:.0f} s, training {t['train']:.0f} s, evaluation "
-        f"{t['eval'] + t['eval_heldout']:.0f} s, total {summary['total_s'] / 60:.1f} min"
+        f"{sum(t[name] for name in evals):.0f} s, total {summary['total_s'] / 60:.1f} min"
     )
     print(f"demos: {summary['demos']['path']}")
     print(f"checkpoint: {summary['checkpoint']}")
     print(f"logs: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
-    print(f"results and videos: {Path(summary['out']) / 'eval'}, {Path(summary['out']) / 'eval_heldout'}")
+    print(f"results and videos: {', '.join(str(Path(summary['out']) / name) for name in evals)}")
     return EXIT_OK
 
 

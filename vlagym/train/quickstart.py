@@ -60,6 +60,21 @@ class QuickstartConfig:
             raise ValueError(f"eval_seed ({self.eval_seed}) must not overlap the demo seeds 0..{self.demos - 1}")
 
 
+def evaluations(task: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(folder, label, env kwargs) of the quickstart's evaluations of `task`.
+
+    Every task is scored with its train and its held-out instruction wordings; PickCup also on scenes that
+    always hold three cups, where only the instruction says which one to lift (instruction following).
+    """
+    runs = [
+        ("eval", "train instructions", {}),
+        ("eval_heldout", "held-out paraphrases", {"split": "heldout_paraphrase"}),
+    ]
+    if task == "VLA-PickCup-v0":
+        runs.append(("eval_three_cups", "three cups (instruction following)", {"num_cups": 3}))
+    return runs
+
+
 def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     """Collect demos, train the VLA, evaluate it on the train and held-out wordings; returns a summary."""
     # Heavy imports here: `vlagym.cli` must load without torch.
@@ -107,8 +122,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     checkpoint = latest_checkpoint(bc_out)
     timings["train"] = time.perf_counter() - start
 
-    results = {}
-    for name, env_kwargs, videos in (("eval", {}, cfg.videos), ("eval_heldout", {"split": "heldout_paraphrase"}, 0)):
+    results, labels = {}, {}
+    for name, label, env_kwargs in evaluations(cfg.task):
         start = time.perf_counter()
         results[name] = evaluate(
             EvalConfig(
@@ -119,10 +134,11 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
                 seed=cfg.eval_seed,
                 out=str(out / name),
                 env_kwargs=env_kwargs,
-                videos=videos,
+                videos=cfg.videos if name == "eval" else 0,
                 progress=cfg.progress,
             )
         )
+        labels[name] = label
         timings[name] = time.perf_counter() - start
     summary = {
         "out": str(out),
@@ -130,6 +146,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "checkpoint": str(checkpoint),
         "tensorboard": str(bc_out / "tb"),
         "results": results,
+        "labels": labels,
         "timings_s": timings,
         "total_s": sum(timings.values()),
     }
