@@ -279,6 +279,7 @@ def demo_config(args: argparse.Namespace) -> DemoConfig:
             cameras=tuple(args.cameras),
             env_kwargs=env_kwargs,
             keep_failures=args.keep_failures,
+            action_noise=args.action_noise,
             resume=args.resume,
             overwrite=args.overwrite,
             compression=args.compression,
@@ -818,6 +819,12 @@ def _add_demos_parser(sub) -> None:
         "--instruction-split", default=None, help=f"one of {list(INSTRUCTION_SPLITS)} (default: the split's)"
     )
     p.add_argument("--keep-failures", action="store_true", help="also keep episodes the expert failed")
+    p.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        help="std of noise on the executed arm actions; the expert's own actions become the labels (default: 0)",
+    )
     p.add_argument("--resume", action="store_true", help="continue an interrupted file (same settings)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing file")
     p.add_argument(

@@ -76,6 +76,14 @@ def pick_k2(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def noisy_k2(tmp_path_factory) -> Path:
+    """Episodes 0..3 with action noise, two sync sub-envs."""
+    path = tmp_path_factory.mktemp("noisy") / "pick.hdf5"
+    collect(path, num_envs=2, action_noise=0.3)
+    return path
+
+
 # ---------------------------------------------------------------------------- layout
 def test_file_follows_the_layout(pick_k1):
     env = gym.make(TASK)
@@ -142,7 +150,7 @@ def test_async_vector_env_writes_the_same_file(pick_k1, tmp_path):
     assert_same_content(pick_k1, path)
 
 
-@pytest.mark.parametrize("which", ["pick_k1", "pick_k2"])
+@pytest.mark.parametrize("which", ["pick_k1", "pick_k2", "noisy_k2"])
 def test_replaying_actions_reproduces_the_observations(which, request):
     path = request.getfixturevalue(which)
     with h5py.File(path, "r") as f:
@@ -169,6 +177,35 @@ def test_replaying_actions_reproduces_the_observations(which, request):
                 assert info["success"] == bool(g.attrs["success"])
         finally:
             env.close()
+
+
+def test_action_noise_perturbs_the_executed_arm_actions_and_keeps_the_experts(noisy_k2, pick_k1, tmp_path):
+    with h5py.File(noisy_k2, "r") as f:
+        assert check_dataset(noisy_k2) == []
+        for name in f["data"]:
+            executed, labels = f["data"][name]["actions"][()], f["data"][name][layout.EXPERT_ACTIONS][()]
+            assert np.array_equal(executed[:, -1], labels[:, -1])  # the gripper command is never perturbed
+            noise = executed[:, :-1] - labels[:, :-1]
+            assert np.all(np.abs(executed) <= 1.0) and 0.1 < noise.std() < 0.4
+    with h5py.File(pick_k1, "r") as f:
+        assert layout.EXPERT_ACTIONS not in f["data"][layout.demo_name(0)]  # no noise, no second copy
+    # The noise of an episode depends only on its seed: one env gives the same file as two.
+    path = tmp_path / "noisy_k1.hdf5"
+    collect(path, num_envs=1, action_noise=0.3)
+    assert_same_content(noisy_k2, path)
+
+
+def test_dataset_learns_the_experts_actions_not_the_executed_ones(noisy_k2):
+    from vlagym.train.dataset import DemoDataset, compute_stats
+
+    dataset = DemoDataset(noisy_k2, chunk_size=3)
+    with h5py.File(noisy_k2, "r") as f:
+        labels = f["data"][layout.demo_name(0)][layout.EXPERT_ACTIONS][()]
+    assert np.allclose(dataset[0]["action"].numpy(), labels[:3])
+    stats = compute_stats(noisy_k2)
+    with h5py.File(noisy_k2, "r") as f:
+        every = np.concatenate([f["data"][n][layout.EXPERT_ACTIONS][()] for n in f["data"]])
+    assert np.allclose(stats["actions"]["mean"], every.mean(0))
 
 
 def test_multitask_records_each_episodes_task(tmp_path):
@@ -356,6 +393,7 @@ def test_resume_drops_incomplete_demos(pick_k1, tmp_path):
         {"cameras": ("front",)},
         {"env_kwargs": {"split": "lighting"}},
         {"task": "VLA-PushCube-v0"},
+        {"action_noise": 0.2},
     ],
 )
 def test_resume_refuses_other_settings(change, tmp_path):
@@ -390,6 +428,9 @@ def test_existing_file_needs_resume_or_overwrite(tmp_path):
         ({"vectorization": "ray"}, "vectorization"),
         ({"env_kwargs": {"obs_mode": "state"}}, "env_kwargs"),
         ({"out": "demos.npz"}, "hdf5"),
+        ({"action_noise": -0.1}, "action_noise"),
+        ({"action_noise": 2.0}, "action_noise"),
+        ({"action_noise": True}, "action_noise"),
     ],
 )
 def test_bad_config_raises_naming_the_choices(kwargs, match):

@@ -2,7 +2,8 @@
 
 `DemoDataset` yields one sample per (demo, t) with LeRobot-style keys: the observation at t (images per
 camera as uint8, proprio, optionally state and a history of past frames), the instruction, and the next K
-actions with a padding mask where the chunk runs past the episode end. Only demos marked complete count.
+actions (the expert's `expert_actions` where a demo has them) with a padding mask where the chunk runs past
+the episode end. Only demos marked complete count.
 
 `load_or_compute_stats(path)` returns per-key statistics (mean, std, min, max, q01, q99) of the low-dim
 arrays, computed once by streaming over the file (no images) and cached beside it as `FILE.stats.json`.
@@ -156,7 +157,7 @@ class _Histogram:
 
 
 def _lowdim_arrays(demo: h5py.Group) -> dict[str, h5py.Dataset]:
-    arrays = {"actions": demo["actions"]}
+    arrays = {"actions": layout.label_actions(demo)}
     for key in LOWDIM_KEYS:
         if key in demo["obs"]:
             arrays[key] = demo["obs"][key]
@@ -469,7 +470,7 @@ class DemoDataset(Dataset):
             f = self._handles[fi] = h5py.File(self.paths[fi], "r", rdcc_nbytes=0)
         demo = f["data"][layout.demo_name(int(self._demos[episode]))]
         # Looking datasets up by name costs as much as reading a frame: keep them per episode.
-        arrays = {"actions": demo["actions"]}
+        arrays = {"actions": layout.label_actions(demo)}
         arrays.update({key: demo["obs"][key] for key in self.keys})
         arrays.update({layout.image_key(cam): demo["obs"][layout.image_key(cam)] for cam in self.cameras})
         self._episodes[episode] = arrays

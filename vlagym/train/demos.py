@@ -75,7 +75,18 @@ RECORD_KEY = "demo_record"  # the info key `_ExpertRecorder` fills
 # Set by DemoConfig's own fields; env_kwargs may not repeat them.
 RESERVED_ENV_KWARGS = ("obs_mode", "image_size", "cameras", "render_mode")
 # Config fields that decide the file's content: a resumed run must match them.
-SAME_ON_RESUME = ("task", "seed", "obs_mode", "image_size", "cameras", "env_kwargs", "keep_failures", "compression")
+SAME_ON_RESUME = (
+    "task",
+    "seed",
+    "obs_mode",
+    "image_size",
+    "cameras",
+    "env_kwargs",
+    "keep_failures",
+    "compression",
+    "action_noise",
+)
+NOISE_STREAM = 0x4E015E  # the action noise of episode `seed` comes from default_rng([NOISE_STREAM, seed])
 
 
 class DemoError(ValueError):
@@ -112,6 +123,11 @@ class DemoConfig:
     """further keyword arguments of the env, e.g. {"split": "train"}; JSON-serialisable"""
     keep_failures: bool = False
     """also keep episodes the expert failed (their success attribute is false)"""
+    action_noise: float = 0.0
+    """std of Gaussian noise added to the expert's arm actions before they are executed (DART-style): the
+    expert corrects the perturbations, so the demos show recoveries from the small errors a cloned policy
+    makes. `actions` then stores what was executed, `expert_actions` the expert's own (the training labels).
+    The gripper command is never perturbed; the noise of an episode depends only on its seed"""
     resume: bool = False
     """continue an interrupted file from the episode after its last demo (same settings required); a missing file
     is started afresh"""
@@ -138,6 +154,11 @@ class DemoConfig:
                 raise DemoError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise DemoError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if isinstance(self.action_noise, bool) or not isinstance(self.action_noise, (int, float)):
+            raise DemoError(f"action_noise must be a number, got {self.action_noise!r}")
+        if not 0.0 <= self.action_noise <= 1.0:
+            raise DemoError(f"action_noise must be in [0, 1] (normalised action units), got {self.action_noise!r}")
+        self.action_noise = float(self.action_noise)
         _choice("obs_mode", self.obs_mode, OBS_MODES)
         if not isinstance(self.image_size, int) or not 8 <= self.image_size <= 2048:
             raise DemoError(f"image_size must be an integer between 8 and 2048, got {self.image_size!r}")
@@ -270,8 +291,10 @@ class _Episode:
     state: list[np.ndarray] = field(default_factory=list)
     sim_states: list[np.ndarray] = field(default_factory=list)
     actions: list[np.ndarray] = field(default_factory=list)
+    expert_actions: list[np.ndarray] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     success: bool = False
+    noise: np.random.Generator | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -289,6 +312,8 @@ def _write_demo(data: h5py.Group, name: str, ep: _Episode, compression: str) -> 
     obs.create_dataset("proprio", data=np.stack(ep.proprio).astype(np.float32))
     obs.create_dataset("state", data=np.stack(ep.state).astype(np.float32))
     g.create_dataset("actions", data=np.stack(ep.actions).astype(np.float32))
+    if ep.noise is not None:
+        g.create_dataset(layout.EXPERT_ACTIONS, data=np.stack(ep.expert_actions).astype(np.float32))
     g.create_dataset("rewards", data=np.asarray(ep.rewards, np.float32))
     dones = np.zeros(n, np.uint8)
     dones[-1] = 1  # every recorded episode ran until it ended (success or time limit)
@@ -434,6 +459,7 @@ def _check_resumable(path: Path, cfg: DemoConfig) -> None:
         stored = json.loads(config_path.read_text())
     except (OSError, ValueError) as e:
         raise DemoError(f"cannot resume {path}: its config {config_path} is missing or unreadable ({e})") from e
+    stored.setdefault("action_noise", 0.0)  # files from before the option were collected without noise
     mine = json.loads(json.dumps(dataclasses.asdict(cfg)))
     differ = {k: (stored.get(k), mine[k]) for k in SAME_ON_RESUME if stored.get(k) != mine[k]}
     if differ:
@@ -456,6 +482,7 @@ class _Collector:
         self.next_to_write = first
         self.running: list[_Episode | None] = [None] * self.k
         self.actions = np.zeros((self.k, *envs.single_action_space.shape), np.float32)
+        self.labels = np.zeros_like(self.actions)  # the expert's actions (self.actions adds the noise)
         self.finished: dict[int, _Episode] = {}
         self.successes = 0
         self.failed_seeds: list[int] = []
@@ -466,6 +493,8 @@ class _Collector:
             self.running[i] = None
             return None
         ep = _Episode(index=self.next_episode, seed=self.cfg.seed + self.next_episode)
+        if self.cfg.action_noise > 0:
+            ep.noise = np.random.default_rng([NOISE_STREAM, ep.seed])
         self.running[i] = ep
         self.next_episode += 1
         return ep.seed
@@ -486,7 +515,12 @@ class _Collector:
         ep.proprio.append(rec.proprio)
         ep.state.append(rec.state)
         ep.sim_states.append(rec.sim_state)
+        self.labels[i] = rec.action
         self.actions[i] = rec.action
+        if ep.noise is not None:
+            arm = slice(0, len(rec.action) - 1)  # the last entry is the gripper command: never perturbed
+            noisy = rec.action[arm] + ep.noise.normal(0.0, self.cfg.action_noise, len(rec.action) - 1)
+            self.actions[i, arm] = np.clip(noisy, -1.0, 1.0)
 
     def _finish(self, ep: _Episode, success: bool) -> None:
         ep.success = success
@@ -521,6 +555,7 @@ class _Collector:
                 if ep is None:  # idle: runs throw-away episodes (autoreset, zero actions) until the others end
                     continue
                 ep.actions.append(self.actions[i].copy())
+                ep.expert_actions.append(self.labels[i].copy())
                 ep.rewards.append(float(reward[i]))
                 if done[i]:
                     self._finish(ep, bool(info["success"][i]))

@@ -195,6 +195,15 @@ def _check_arrays(g: h5py.Group, n: int) -> tuple[list[str], int | None]:
             problems.append(f"actions have {action_dim} dimensions, expected one of {list(ACTION_DIMS)}")
         if not np.isfinite(g["actions"][()]).all():
             problems.append("actions contain NaN or inf")
+        if layout.EXPERT_ACTIONS in g:
+            labels = g[layout.EXPERT_ACTIONS]
+            if not isinstance(labels, h5py.Dataset) or labels.shape != g["actions"].shape:
+                shape = getattr(labels, "shape", "a group")
+                problems.append(
+                    f"{layout.EXPERT_ACTIONS} has shape {shape}, expected that of actions {g['actions'].shape}"
+                )
+            elif not np.isfinite(labels[()]).all():
+                problems.append(f"{layout.EXPERT_ACTIONS} contain NaN or inf")
     reward_problems = _expect(g.get("rewards"), "rewards", n, (), np.float32)
     if not reward_problems and not np.isfinite(g["rewards"][()]).all():
         reward_problems.append("rewards contain NaN or inf")
