@@ -1,0 +1,208 @@
+"""train_rl: tiny post-training and baseline runs, checkpoints `vlagym eval` loads, resume, truncation bootstrapping,
+same seed same result, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from rl_helpers import TASK
+from safetensors.torch import load_file
+from stable_baselines3.common.callbacks import BaseCallback
+
+from vlagym.eval.evaluate import EvalConfig, evaluate
+from vlagym.policies import VLAPolicy
+from vlagym.rl.ppo import RLConfig, build_run, train_rl
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:stable_baselines3.*")
+
+
+def _post(bc_checkpoint, out, **overrides) -> RLConfig:
+    kwargs = dict(
+        policy=str(bc_checkpoint),
+        out=str(out),
+        total_timesteps=16,
+        n_envs=2,
+        n_steps=4,
+        batch_size=4,
+        n_epochs=2,
+        bc_coef=0.1,
+        critic_warmup_steps=8,
+        checkpoint_every=8,
+        eval_every=16,
+        eval_episodes=2,
+        device="cpu",
+        progress=False,
+    )
+    return RLConfig(**{**kwargs, **overrides})
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_post_training_smoke_resume_and_eval(bc_checkpoint, tmp_path, in_tmp_dir):
+    out = tmp_path / "run"
+    result = train_rl(_post(bc_checkpoint, out))
+    assert result["timesteps"] == 16 and result["env_steps"] == 16 * 4
+    ckpts = out / "checkpoints"
+    assert json.loads((ckpts / "last.json").read_text()) == {"step": 16, "path": "step_16"}
+    # Critic warmup: the update at timestep 8 trained only the value head; the next one moved the VLA.
+    bc, warm, moved = _weights(bc_checkpoint), _weights(ckpts / "step_8"), _weights(ckpts / "step_16")
+    assert all(torch.equal(bc[k], warm[k]) for k in bc)
+    assert any(not torch.equal(bc[k], moved[k]) for k in bc)
+    curve = json.loads((out / "eval" / "curve.json").read_text())
+    assert [p["timesteps"] for p in curve] == [16] and curve[0]["n"] == 2
+    assert (out / "tb").is_dir() and json.loads((out / "rl_config.json").read_text())["reward"] == "sparse"
+
+    resumed = train_rl(_post(bc_checkpoint, out, total_timesteps=24, resume=True))
+    assert resumed["timesteps"] == 24 and resumed["env_steps"] == 24 * 4
+    state = torch.load(ckpts / "step_24" / "training_state.pt", weights_only=True)
+    assert state["num_timesteps"] == 24
+    assert [p["timesteps"] for p in json.loads((out / "eval" / "curve.json").read_text())] == [16, 24]
+
+    # The checkpoint is a self-contained VLA checkpoint: `vlagym eval` runs it.
+    policy = VLAPolicy.from_pretrained(ckpts / "step_24")
+    assert policy.config.chunk_size == 4
+    results = evaluate(
+        EvalConfig(policy=str(ckpts / "step_24"), episodes=2, out=str(tmp_path / "eval"), progress=False)
+    )
+    assert results["tasks"][TASK]["n"] == 2
+
+
+def test_resume_refuses_other_bc_weights(bc_checkpoint, tmp_path, in_tmp_dir):
+    from rl_helpers import make_bc_checkpoint
+
+    out = tmp_path / "run"
+    train_rl(_post(bc_checkpoint, out, total_timesteps=8, eval_every=0, critic_warmup_steps=0))
+    other = make_bc_checkpoint(tmp_path / "other", seed=1)
+    with pytest.raises(ValueError, match="other BC weights"):
+        train_rl(_post(other, out, total_timesteps=16, eval_every=0, critic_warmup_steps=0, resume=True))
+
+
+def _scratch(out, algo: str, **overrides) -> RLConfig:
+    kwargs = dict(
+        from_scratch=True,
+        algo=algo,
+        task=TASK,
+        out=str(out),
+        total_timesteps=64,
+        n_envs=2,
+        n_steps=16,
+        batch_size=16,
+        eval_every=64,
+        eval_episodes=2,
+        device="cpu",
+        progress=False,
+    )
+    if algo == "sac":
+        kwargs.update(learning_starts=16, buffer_size=1000, chunk_size=2)
+    return RLConfig(**{**kwargs, **overrides})
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_from_scratch_smoke(algo, tmp_path, in_tmp_dir):
+    out = tmp_path / algo
+    result = train_rl(_scratch(out, algo))
+    assert result["timesteps"] == 64
+    assert 0.0 <= result["success_rate"] <= 1.0
+    folder = out / "checkpoints" / "step_64"
+    assert (folder / "sb3.zip").is_file() and not (folder / "model.safetensors").exists()
+    results = json.loads((out / "eval" / "step_64" / "results.json").read_text())
+    assert results["tasks"][TASK]["n"] == 2 and results["seed"] == 100_000
+
+
+def test_same_seed_same_weights(tmp_path, in_tmp_dir):
+    a = train_rl(_scratch(tmp_path / "a", "ppo", eval_every=0))["model"].policy.state_dict()
+    b = train_rl(_scratch(tmp_path / "b", "ppo", eval_every=0))["model"].policy.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class _Infos(BaseCallback):
+    def __init__(self):
+        super().__init__()
+        self.steps: list[list[dict]] = []
+
+    def _on_step(self) -> bool:
+        self.steps.append([dict(info) for info in self.locals["infos"]])
+        return True
+
+
+def test_truncation_is_bootstrapped(tmp_path):
+    """Sparse reward (0 without success): the stored reward of a truncated step is exactly gamma * V(last obs)."""
+    cfg = _scratch(
+        tmp_path, "ppo", reward="sparse", max_episode_steps=8, chunk_size=4, total_timesteps=8, n_steps=4, batch_size=8
+    )
+    model = build_run(cfg).model
+    try:
+        recorder = _Infos()
+        _, callback = model._setup_learn(8, recorder)
+        assert model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=4)
+        rewards = model.rollout_buffer.rewards  # (n_steps, n_envs)
+        assert len(recorder.steps) == 4
+        for t, step_infos in enumerate(recorder.steps):
+            for i, info in enumerate(step_infos):
+                if t % 2 == 1:  # every second chunk ends at the 8-step limit
+                    assert info["TimeLimit.truncated"]
+                    obs, _ = model.policy.obs_to_tensor(info["terminal_observation"])
+                    with torch.no_grad():
+                        value = model.policy.predict_values(obs).item()
+                    assert rewards[t, i] == pytest.approx(cfg.gamma * value, rel=1e-5) and value != 0
+                else:
+                    assert rewards[t, i] == 0.0
+    finally:
+        model.env.close()
+
+
+BAD = [
+    (lambda ck: {}, "BC checkpoint"),
+    (lambda ck: {"from_scratch": True}, "needs a task"),
+    (lambda ck: {"policy": ck, "from_scratch": True, "task": TASK}, "not both"),
+    (lambda ck: {"policy": "/nonexistent/ckpt"}, "not a policy checkpoint"),
+    (lambda ck: {"policy": ck, "algo": "dqn"}, "algo must be one of"),
+    (lambda ck: {"policy": ck, "algo": "sac"}, "uses PPO"),
+    (lambda ck: {"policy": ck, "reward": "shaped"}, "reward must be one of"),
+    (lambda ck: {"policy": ck, "env_kwargs": {"obs_mode": "rgb"}}, "may not set"),
+    (lambda ck: {"from_scratch": True, "task": "VLA-Nope-v0"}, "unknown task"),
+    (lambda ck: {"policy": ck, "n_envs": 1, "n_steps": 8, "batch_size": 64}, "larger than a rollout"),
+    (lambda ck: {"policy": ck, "chunk_size": 2}, "n_action_steps"),
+    (lambda ck: {"policy": ck, "gamma": 0.0}, "gamma"),
+    (lambda ck: {"policy": ck, "lr": -1.0}, "lr"),
+    (lambda ck: {"from_scratch": True, "task": TASK, "bc_coef": 0.5}, "post-training"),
+    (lambda ck: {"policy": ck, "vectorization": "threads"}, "vectorization"),
+]
+
+
+@pytest.mark.parametrize("make, match", BAD)
+def test_bad_config(bc_checkpoint, make, match):
+    with pytest.raises(ValueError, match=match):
+        RLConfig(**make(str(bc_checkpoint)))
+
+
+def test_config_round_trip(bc_checkpoint):
+    cfg = RLConfig(policy=str(bc_checkpoint))
+    assert cfg.chunk_size == 4 and cfg.lr == 3e-5 and cfg.batch_size == 64
+    assert RLConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="unknown RLConfig fields"):
+        RLConfig.from_dict({**cfg.to_dict(), "lerning_rate": 1.0})
+
+
+def test_scratch_eval_executes_chunks():
+    from vlagym.rl.ppo import SB3ChunkPolicy
+
+    class _Model:
+        calls = 0
+
+        def predict(self, obs, deterministic):
+            _Model.calls += 1
+            return np.tile(np.arange(6, dtype=np.float32), (len(obs), 1)), None
+
+    policy = SB3ChunkPolicy(_Model(), chunk_size=3, action_dim=2)
+    obs = np.zeros((2, 5))
+    got = [policy(obs) for _ in range(4)]
+    np.testing.assert_array_equal(got[1][0], [2, 3])
+    assert _Model.calls == 2  # a new chunk after three actions
+    policy.reset(np.array([True, False]))
+    np.testing.assert_array_equal(policy(obs)[:, 0], [0, 2])  # row 0 restarts its chunk, row 1 goes on
