@@ -15,6 +15,10 @@
     vlagym train-bc --dataset pick.hdf5 --out runs/bc --steps 3000
                                          behaviour cloning of the VLA (checkpoints, TensorBoard logs, evals);
                                          under torchrun every rank runs it (DDP)
+    vlagym train-rl --policy runs/bc/checkpoints/step_3000 --timesteps 20000 --out runs/rl
+                                         PPO post-training of a BC checkpoint (stable-baselines3; chunk-level actions)
+    vlagym train-rl --from-scratch --algo ppo|sac --task VLA-PickCup-v0 --out runs/sac
+                                         RL baselines from scratch on state observations
 
 User errors (unknown task, bad option value, unwritable output) print one line
 on stderr and return exit code 2; they never show a traceback. A demo file that
@@ -68,6 +72,7 @@ from vlagym.train.quickstart import QuickstartConfig
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick
+    from vlagym.rl.ppo import RLConfig
     from vlagym.train.bc import BCConfig
 
 logger = logging.getLogger(__name__)
@@ -597,6 +602,66 @@ def run_train_bc(cfg: BCConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym train-rl
+# argparse dest -> RLConfig field, for the options whose names differ
+_RL_RENAMES = {"timesteps": "total_timesteps"}
+_RL_OPTIONS = (
+    "policy", "algo", "task", "out", "timesteps", "n_envs", "vectorization", "reward", "max_episode_steps",
+    "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
+    "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
+    "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
+)  # fmt: skip
+
+
+def train_rl_config(args: argparse.Namespace) -> RLConfig:
+    """The `RLConfig` of `vlagym train-rl` arguments; options left out keep the config's defaults."""
+    from vlagym.rl.ppo import RLConfig
+
+    if args.policy is None and not args.from_scratch:
+        raise UserError("give a BC checkpoint (--policy DIR) or --from-scratch --task TASK")
+    kwargs: dict[str, Any] = {
+        _RL_RENAMES.get(name, name): getattr(args, name) for name in _RL_OPTIONS if getattr(args, name) is not None
+    }
+    if "task" in kwargs:
+        kwargs["task"] = check_task(kwargs["task"])
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {args.env_kwargs!r}") from e
+    if not isinstance(env_kwargs, dict):
+        raise UserError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    try:
+        return RLConfig(
+            **kwargs,
+            from_scratch=args.from_scratch,
+            env_kwargs=env_kwargs,
+            critic_state=not args.no_critic_state,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def run_train_rl(cfg: RLConfig) -> int:
+    from vlagym.rl.ppo import CONFIG_NAME, CURVE_NAME, train_rl
+
+    try:
+        result = train_rl(cfg)
+    except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
+        if isinstance(e, TypeError) and not cfg.env_kwargs:
+            raise
+        raise UserError(str(e)) from e
+    out = Path(cfg.out)
+    print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
+    if result["success_rate"] is not None:
+        print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
+        print(f"learning curve: {out / 'eval' / CURVE_NAME}")
+    print(f"checkpoint: {result['checkpoint']}")
+    print(f"config: {out / CONFIG_NAME}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- vlagym quickstart
 def run_quickstart(cfg: QuickstartConfig) -> int:
     from vlagym.eval.evaluate import format_results
@@ -691,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_suite_parser(sub)
     _add_compare_parser(sub)
     _add_train_bc_parser(sub)
+    _add_train_rl_parser(sub)
     return parser
 
 
@@ -745,6 +811,59 @@ def _add_train_bc_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_train_rl_parser(sub) -> None:
+    p = sub.add_parser(
+        "train-rl",
+        help="RL: PPO post-training of a BC checkpoint, or PPO/SAC from scratch on state",
+        description="PPO post-training of a BC-trained VLA with stable-baselines3 (one RL step = one action chunk; "
+        "the critic reads the privileged state unless --no-critic-state), or an RL baseline from scratch "
+        "(--from-scratch --algo ppo|sac, obs_mode=state). Writes OUT/rl_config.json, OUT/checkpoints/step_N "
+        "(a VLA checkpoint `vlagym eval` loads + sb3.zip + training state; last.json points at the latest), OUT/tb "
+        "(TensorBoard) and OUT/eval (results per evaluation, curve.json). --resume continues from the latest "
+        "checkpoint. Options left out take the defaults of vlagym.rl.ppo.RLConfig.",
+    )
+    # No defaults here (None = RLConfig's), so that building the parser does not import torch.
+    p.add_argument("--policy", default=None, metavar="DIR", help="BC checkpoint folder to post-train")
+    p.add_argument("--from-scratch", action="store_true", help="an RL baseline from scratch on state observations")
+    p.add_argument("--algo", default=None, help="ppo or sac (sac from scratch only; default: ppo)")
+    p.add_argument("--task", default=None, help="task id (default: the checkpoint's; required from scratch)")
+    p.add_argument("--env-kwargs", default="{}", help="JSON object of extra env kwargs, e.g. '{\"num_cups\": 1}'")
+    p.add_argument("--out", default=None, help="run folder (default: runs/rl)")
+    p.add_argument("--timesteps", type=int, default=None, help="RL steps over all sub-envs (default: 20000)")
+    p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
+    p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
+    p.add_argument("--reward", default=None, help="sparse or dense (default: sparse post-training, dense from scratch)")
+    p.add_argument("--max-episode-steps", type=int, default=None, help="training time limit (default: the task's)")
+    p.add_argument("--chunk-size", type=int, default=None, help="from scratch: actions per RL step (default: 1)")
+    p.add_argument("--n-steps", type=int, default=None, help="PPO: RL steps per sub-env per rollout (default: 32)")
+    p.add_argument("--batch-size", type=int, default=None, help="minibatch (default: 64 PPO, 256 SAC)")
+    p.add_argument("--n-epochs", type=int, default=None, help="PPO: epochs per rollout (default: 4)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 3e-5 post-training, else 3e-4)")
+    p.add_argument("--critic-lr", type=float, default=None, help="post-training: value head lr (default: 3e-4)")
+    p.add_argument("--gamma", type=float, default=None, help="discount per RL step (default: 0.99)")
+    p.add_argument("--gae-lambda", type=float, default=None, help="PPO: GAE lambda (default: 0.95)")
+    p.add_argument("--clip-range", type=float, default=None, help="PPO: ratio clipping (default: 0.2)")
+    p.add_argument("--ent-coef", type=float, default=None, help="PPO: entropy bonus (default: 0)")
+    p.add_argument("--target-kl", type=float, default=None, help="PPO: early-stopping KL (default: none)")
+    p.add_argument("--log-std-init", type=float, default=None, help="post-training: initial log-std (default: -2)")
+    p.add_argument("--no-critic-state", action="store_true", help="post-training: critic on VLA features, not state")
+    p.add_argument("--bc-coef", type=float, default=None, help="post-training: pull toward the BC mean (default: 0)")
+    p.add_argument(
+        "--critic-warmup-steps", type=int, default=None, help="post-training: timesteps of critic-only learning"
+    )
+    p.add_argument("--buffer-size", type=int, default=None, help="SAC: replay buffer size (default: 300000)")
+    p.add_argument("--learning-starts", type=int, default=None, help="SAC: random timesteps first (default: 1000)")
+    p.add_argument("--seed", type=int, default=None, help="(default: 0)")
+    p.add_argument("--eval-every", type=int, default=None, help="evaluate every N timesteps, and at the end")
+    p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (default: 20)")
+    p.add_argument("--eval-num-envs", type=int, default=None, help="parallel sub-envs of evaluations (default: 1)")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="timesteps (default: 0, only at the end)")
+    p.add_argument("--device", default=None, help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--torch-threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -862,6 +981,7 @@ def _config_from_args(
     | BenchSuiteConfig
     | CompareConfig
     | BCConfig
+    | RLConfig
     | QuickstartConfig
 ):
     if args.command == "eval":
@@ -874,6 +994,8 @@ def _config_from_args(
         return quickstart_config(args)
     if args.command == "train-bc":
         return train_bc_config(args)
+    if args.command == "train-rl":
+        return train_rl_config(args)
     if args.command == "list":
         return ListConfig(markdown=args.markdown)
     if args.command == "demos":
@@ -927,6 +1049,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_quickstart(cfg)
         if args.command == "train-bc":
             return run_train_bc(cfg)
+        if args.command == "train-rl":
+            return run_train_rl(cfg)
         return run_video(cfg)
     except UserError as e:
         print(f"vlagym {args.command}: error: {e}", file=sys.stderr)
