@@ -596,6 +596,8 @@ def _resume(run: _Run, folder: Path) -> _Progress:
     model._n_updates = int(state["n_updates"])
     model._episode_num = int(state["episode_num"])
     set_rng_state(state["rng"])
+    if isinstance(model, SAC):
+        logger.warning("SAC resumes with an empty replay buffer (it is not saved): expect a dip after %s", folder)
     # The sub-envs restart their episodes: new seeds, so they do not replay the run's first episodes.
     model.env.seed(run.cfg.seed + 7919 * (model.num_timesteps + 1))
     curve = _read_curve(run.out)
@@ -704,7 +706,7 @@ def evaluate_run(run: _Run, checkpoint: Path, progress: _Progress) -> dict[str, 
 class _RunCallback(BaseCallback):
     """Progress bar, throughput (rollout vs learning seconds, env steps/s), periodic checkpoints and evaluations."""
 
-    def __init__(self, run: _Run, progress: _Progress):
+    def __init__(self, run: _Run, progress: _Progress, resumed_from: Path | None):
         super().__init__()
         self.run, self.progress = run, progress
         start = run.model.num_timesteps
@@ -713,7 +715,8 @@ class _RunCallback(BaseCallback):
         self._t_rollout = self._t_rollout_end = None
         self._t_last = time.perf_counter()
         self._rollout_env_steps = 0
-        self.last_checkpoint: Path | None = latest_checkpoint(run.out)
+        # Only a resumed run's own checkpoint counts: a fresh run rewrites whatever an old run left in OUT.
+        self.last_checkpoint: Path | None = resumed_from
         self.last_eval: dict[str, Any] | None = None
 
     def _tick(self) -> None:
@@ -798,14 +801,14 @@ def train_rl(cfg: RLConfig) -> dict[str, Any]:
     run = build_run(cfg)
     model = run.model
     try:
-        progress = _Progress(curve=_read_curve(out) if cfg.resume else [])
+        progress = _Progress()
         last = latest_checkpoint(out) if cfg.resume else None
         if last is not None:
             progress = _resume(run, last)
         elif cfg.resume:
             logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
         model.set_logger(configure(str(out / "tb"), ["tensorboard"]))
-        callback = _RunCallback(run, progress)
+        callback = _RunCallback(run, progress, resumed_from=last)
         remaining = cfg.total_timesteps - model.num_timesteps
         if remaining > 0:
             model.learn(total_timesteps=remaining, callback=callback, reset_num_timesteps=last is None)
