@@ -19,7 +19,9 @@ Outputs of a run folder ``OUT``:
                                              seconds, env steps/s), eval/success_rate
     OUT/checkpoints/step_<n>/                n = SB3 timesteps (RL steps summed over the sub-envs):
         model.safetensors, config.json       the VLA after RL, self-contained (`vlagym eval --policy` loads it)
-        sb3.zip                              SB3's save: policy (VLA, log-std, value head) and optimiser
+        sb3.zip                              SB3's save: policy (VLA, log-std, value head) and optimiser; its
+                                             "data" entry holds cloudpickled objects: never `PPO.load` one from
+                                             an untrusted source (resume reads only its tensors)
         training_state.pt                    counters, RNG states (loads with weights_only=True)
     OUT/checkpoints/last.json                {"step": n, "path": "step_<n>"}: the latest complete checkpoint
     OUT/eval/step_<n>/                       results.json, results.md (the `vlagym eval` protocol)
@@ -29,6 +31,9 @@ Resume (``resume=True``) restores the weights, optimiser, log-std, value head, c
 continues the timestep count. It is not bit-exact: the sub-envs' episodes in progress are not saved, so they
 restart (reseeded), and SAC restarts with an empty replay buffer. Resuming never unpickles SB3's saved
 objects: the model is rebuilt from the config and only the tensors are loaded.
+
+From-scratch checkpoints hold no VLA (sb3.zip and training_state.pt only), so `vlagym eval` cannot load them;
+`train_rl` evaluates them itself with the same protocol (seeds eval_seed + i, Wilson intervals, results.json).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from stable_baselines3.common.utils import explained_variance
 import vlagym
 from vlagym.io import atomic_write_json, atomic_write_text
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
+from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.envs import VECTORIZATION_MODES, make_rl_env, make_vec_env
 from vlagym.rl.sb3_policy import META_KEYS, VLAActorCriticPolicy, check_rl_config
@@ -211,8 +217,6 @@ class RLConfig:
             raise ValueError(f"post-training of the VLA uses PPO; algo={self.algo!r} is for from_scratch baselines")
         self.policy = str(self.policy)
         meta = read_checkpoint_config(self.policy)
-        from vlagym.policies.config import VLAConfig
-
         check_rl_config(VLAConfig.from_dict(meta["config"]))
         if not self.task:
             self.task = (meta.get("extra") or {}).get("env_id")
@@ -488,9 +492,7 @@ def _scratch_run(cfg: RLConfig) -> _Run:
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
     common = dict(learning_rate=cfg.lr, batch_size=cfg.batch_size, gamma=cfg.gamma, seed=cfg.seed, device=cfg.device)
     if cfg.algo == "sac":
-        model = SAC(
-            "MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, **common
-        )  # fmt: skip
+        model = SAC("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, **common)
     else:
         model = PPO(
             "MlpPolicy",
