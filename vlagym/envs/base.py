@@ -148,6 +148,11 @@ class VLAEnv(gym.Env):
         """Where the target should end up (a plate, a zone, ...); the target's own position if none."""
         return self.target_pose()[0]
 
+    def swap_candidates(self) -> list[FreeObject] | None:
+        """Objects of this episode's scene the instruction could name instead of the target (language controls);
+        None where the task does not support swapping the target."""
+        return None
+
     def num_distractors(self) -> int:
         """Movable objects in the scene besides the target (what the `distractors` split raises)."""
         target = getattr(self, "target", None)
@@ -284,7 +289,12 @@ class VLAEnv(gym.Env):
         obs = {
             "images": spaces.Dict({c: spaces.Box(0, 255, (h, w, 3), np.uint8) for c in self.cameras}),
             "proprio": spaces.Box(-np.inf, np.inf, (Robot.PROPRIO_DIM,), np.float32),
-            "instruction": InstructionSpace(INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
+            "instruction": InstructionSpace(
+                # min_length 0: the empty-instruction control (`reset(options={"instruction": ""})`)
+                INSTRUCTION_MAX_LENGTH,
+                min_length=0,
+                charset=INSTRUCTION_CHARSET,
+            ),
         }
         if self.obs_mode == "rgb+state":
             obs["state"] = state
@@ -292,15 +302,28 @@ class VLAEnv(gym.Env):
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode; `seed` fixes it entirely.
+
+        `options` (both for language controls, neither draws from the generator, so the layout stays the seed's):
+            "swap_target": True makes the first of `swap_candidates()` the target, so the instruction names
+                it and success counts for it; `ValueError` where the task or the scene has no such object.
+            "instruction": a string shown instead of the drawn instruction ("" for an empty one); the target
+                and success are unchanged.
+        """
         super().reset(seed=seed)
+        options = options or {}
         mujoco.mj_resetData(self.model, self.data)
         rng = self.np_random
         home = HOME_QPOS + rng.uniform(-0.03, 0.03, size=7)
         self.robot.reset(home)
         self._initialize_episode(rng)
+        if options.get("swap_target"):
+            self._swap_target()
         templates = self.templates[self.instruction_split]
         template = templates[rng.integers(len(templates))]
         self.instruction = template.format(**self.instruction_fields())
+        if "instruction" in options:
+            self.instruction = self._check_instruction(options["instruction"])
         self.visuals.apply(rng, self.split)  # last, so layouts match across visual splits
         mujoco.mj_forward(self.model, self.data)
         self._sim_unstable = False
@@ -329,6 +352,29 @@ class VLAEnv(gym.Env):
         if self.render_mode == "human":
             self.render()
         return self._get_obs(), reward, terminated, unstable, info
+
+    def _swap_target(self) -> None:
+        candidates = self.swap_candidates()
+        if candidates is None:
+            raise ValueError(f"{type(self).__name__} does not support options={{'swap_target': True}}")
+        if not candidates:
+            raise ValueError(
+                f"{type(self).__name__}: this scene holds no other object the instruction could name "
+                "(e.g. VLA-PickCup-v0 with num_cups=3 always does)"
+            )
+        self.target = candidates[0]
+
+    @staticmethod
+    def _check_instruction(text: Any) -> str:
+        if not isinstance(text, str):
+            raise ValueError(f"options['instruction'] must be a string, got {type(text).__name__}")
+        bad = sorted(set(text) - set(INSTRUCTION_CHARSET))
+        if len(text) > INSTRUCTION_MAX_LENGTH or bad:
+            raise ValueError(
+                f"options['instruction'] must have at most {INSTRUCTION_MAX_LENGTH} characters from "
+                f"{INSTRUCTION_CHARSET!r}; got {len(text)} characters, invalid: {bad}"
+            )
+        return text
 
     def _check_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float64)

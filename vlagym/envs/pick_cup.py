@@ -42,7 +42,8 @@ class PickCupEnv(VLAEnv):
 
     Instructions:
         "pick up the {color} cup" and paraphrases; the `heldout` split uses a
-        disjoint set of wordings.
+        disjoint set of wordings. `reset(options={"swap_target": True})` names
+        another cup of the scene instead (language controls; needs two cups).
 
     Args:
         num_cups: cups on the table, 1-3; None (default) draws it per episode.
@@ -114,6 +115,10 @@ class PickCupEnv(VLAEnv):
 
     def instruction_fields(self) -> dict[str, str]:
         return {"color": self.target.color}
+
+    def swap_candidates(self) -> list[FreeObject]:
+        """The other cups on the table (instructions name a cup by colour): what `swap_target` may pick."""
+        return [o for o in self.objects if o.present and o.kind == "cup" and o is not self.target]
 
     # ------------------------------------------------------------------ observations
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:

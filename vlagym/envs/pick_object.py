@@ -63,7 +63,8 @@ class PickObjectEnv(VLAEnv):
 
     Instructions:
         "pick up the {color} {kind}" and paraphrases; the `heldout` split uses a
-        disjoint set of wordings.
+        disjoint set of wordings. `reset(options={"swap_target": True})` names
+        another object of the scene instead (language controls).
     """
 
     description = "Pick up the object of the named colour and kind among objects of other shapes."
@@ -120,6 +121,10 @@ class PickObjectEnv(VLAEnv):
 
     def instruction_fields(self) -> dict[str, str]:
         return {"color": self.target.color, "kind": self.target.kind}
+
+    def swap_candidates(self) -> list[FreeObject]:
+        """Every other object on the table (colours are distinct): what `swap_target` may pick."""
+        return [o for o in self.objects if o.present and o is not self.target]
 
     # ------------------------------------------------------------------ observations
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:
