@@ -19,7 +19,10 @@ from vlagym.eval.evaluate import CheckpointPolicy, EvalConfig, EvalError, evalua
 PICK = "VLA-PickCup-v0"
 Z2 = 1.96**2
 SUMMARY_KEYS = {"n", "successes", "success_rate", "ci95", "success_at_end_rate", "mean_length", "mean_return"}
-EPISODE_KEYS = {"seed", "task", "instruction", "success", "success_at_end", "length", "return"}
+EPISODE_KEYS = {
+    *("seed", "task", "instruction", "success", "success_at_end", "length", "return", "outcome"),
+    *("ever_grasped", "grasped_at_end", "wrong_object", "min_reach_distance", "sim_unstable"),
+}
 
 
 def expert_cfg(tmp_path, **kwargs) -> EvalConfig:
@@ -49,7 +52,8 @@ def test_expert_on_pickcup_succeeds_and_writes_results(tmp_path):
     lines = (out / "results.md").read_text().strip().splitlines()
     assert lines[0] == "| task | n | success | 95% CI | success at end | mean length | mean return |"
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert len(lines) == 3 and cells[:3] == [PICK, "4", "100.0%"]
+    assert cells[:3] == [PICK, "4", "100.0%"] and lines[3] == ""
+    assert lines[4].startswith("Outcomes") and lines[-1].startswith(f"| {PICK} | 4 | 0 |")  # 4 successes, no failures
     assert cells[3] == f"[{4 / (4 + Z2):.1%}, 100.0%]"
     assert not list(out.glob(".*tmp*"))  # atomic writes leave no temp files
 

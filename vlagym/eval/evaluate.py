@@ -3,8 +3,10 @@
 Episode i of every task uses seed `seed + i`, whatever `num_envs` is, so two
 policies evaluated with the same `seed` meet identical initial states (a paired
 comparison). Per task: success rate with `n` and a Wilson 95% interval,
-success at the last step, mean episode length and return, and one record per
-episode (seed, task, instruction, outcome). Outputs, all written atomically:
+success at the last step, mean episode length and return, counts of the failure
+taxonomy (`vlagym.eval.diagnostics`), and one record per episode (seed, task,
+instruction, success, outcome and the predicate flags behind it, the video when
+one was recorded). Outputs, all written atomically:
 
     OUT/eval_config.json   the EvalConfig and the env kwargs actually used (written first)
     OUT/results.json       per-task summaries and per-episode records
@@ -34,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 import vlagym
+from vlagym.eval.diagnostics import OUTCOMES, outcome_counts
 from vlagym.eval.expert import wilson_interval
 from vlagym.eval.rollout import EpisodeRecord, VectorExpert, make_rollout_envs, run_episodes
 from vlagym.io import atomic_write_json, atomic_write_text, temp_path
@@ -223,6 +226,7 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
         "success_at_end_rate": sum(r.success_at_end for r in records) / n if n else math.nan,
         "mean_length": float(np.mean([r.length for r in records])) if n else math.nan,
         "mean_return": float(np.mean([r.episode_return for r in records])) if n else math.nan,
+        "outcomes": outcome_counts(r.outcome for r in records),
     }
 
 
@@ -236,11 +240,39 @@ def episode_dict(r: EpisodeRecord) -> dict[str, Any]:
         "success_at_end": r.success_at_end,
         "length": r.length,
         "return": r.episode_return,
+        "outcome": r.outcome,
+        "ever_grasped": r.ever_grasped,
+        "grasped_at_end": r.grasped_at_end,
+        "wrong_object": r.wrong_object,
+        "min_reach_distance": r.min_reach_distance,
+        "sim_unstable": r.sim_unstable,
     }
 
 
+def format_outcomes(rows: dict[str, dict[str, int]], videos: dict[str, dict[str, list[str]]] | None = None) -> str:
+    """Markdown: one row per label with the count of every outcome, and links to videos of that outcome if any."""
+    lines = ["| | " + " | ".join(OUTCOMES) + " |", "|---|" + "---:|" * len(OUTCOMES)]
+    for label, counts in rows.items():
+        cells = []
+        for o in OUTCOMES:
+            links = " ".join(f"[{k + 1}]({p})" for k, p in enumerate((videos or {}).get(label, {}).get(o, [])))
+            cells.append(f"{counts.get(o, 0)}" + (f" {links}" if links else ""))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def videos_by_outcome(episodes: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """{outcome: [video paths]} of the episode records that have a video."""
+    out: dict[str, list[str]] = {}
+    for e in episodes:
+        if e.get("video"):
+            out.setdefault(e.get("outcome", ""), []).append(e["video"])
+    return out
+
+
 def format_results(results: dict[str, Any]) -> str:
-    """The Markdown table of `results["tasks"]`: task | n | success | 95% CI | success at end | length | return."""
+    """The Markdown table of `results["tasks"]`: task | n | success | 95% CI | success at end | length | return;
+    then the outcome counts per task (with links to the recorded videos)."""
     lines = [
         "| task | n | success | 95% CI | success at end | mean length | mean return |",
         "|---|---:|---:|---|---:|---:|---:|",
@@ -251,6 +283,11 @@ def format_results(results: dict[str, Any]) -> str:
             f"| {task} | {s['n']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] | "
             f"{s['success_at_end_rate']:.1%} | {s['mean_length']:.1f} | {s['mean_return']:.2f} |"
         )
+    with_outcomes = {task: s for task, s in results["tasks"].items() if "outcomes" in s}
+    if with_outcomes:
+        rows = {task: s["outcomes"] for task, s in with_outcomes.items()}
+        videos = {task: videos_by_outcome(s.get("episodes", [])) for task, s in with_outcomes.items()}
+        lines += ["", "Outcomes (failure taxonomy, see vlagym.eval.diagnostics):", "", format_outcomes(rows, videos)]
     return "\n".join(lines)
 
 
@@ -273,10 +310,16 @@ def _make_policy(cfg: EvalConfig, envs: gym.vector.VectorEnv, checkpoint: Checkp
     return ExpertPolicy(envs) if checkpoint is None else checkpoint
 
 
-def _record_videos(
-    cfg: EvalConfig, task: str, env_kwargs: dict[str, Any], checkpoint: CheckpointPolicy | None, folder: Path
+def record_videos(
+    task: str,
+    env_kwargs: dict[str, Any],
+    checkpoint: CheckpointPolicy | None,
+    seeds: list[int],
+    folder: Path,
+    name: str = "",
+    reset_options: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Re-run the first `cfg.videos` seeds of `task` in one rendering env; one mp4 per episode."""
+    """Re-run `seeds` of `task` in one rendering env; one mp4 per episode, FOLDER/{name or task}_seed{seed}.mp4."""
     import imageio.v2 as imageio  # here: evaluation without videos should not pay for ffmpeg
 
     kwargs = dict(env_kwargs)
@@ -288,13 +331,12 @@ def _record_videos(
     envs = make_rollout_envs(task, 1, "sync", **kwargs)
     paths = []
     try:
-        policy = _make_policy(cfg, envs, checkpoint)
-        for i in range(min(cfg.videos, cfg.episodes)):
-            seed = cfg.seed + i
-            path = folder / f"{task}_seed{seed}.mp4"
+        policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
+        for seed in seeds:
+            path = folder / f"{name or task}_seed{seed}.mp4"
             tmp = temp_path(path)
             try:
-                obs, _ = envs.reset(seed=[seed])
+                obs, _ = envs.reset(seed=[seed], options=dict(reset_options) if reset_options else None)
                 policy.reset(np.ones(1, bool))
                 # macro_block_size=2 keeps the exact (even) frame size instead of resizing to a multiple of 16.
                 with imageio.get_writer(
@@ -364,7 +406,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             summary["by_task"] = {t: summarize([r for r in records if r.task == t]) for t in drawn}
         summary["episodes"] = [episode_dict(r) for r in records]
         if cfg.videos:
-            summary["videos"] = _record_videos(cfg, task, env_kwargs, checkpoint, out / "videos")
+            shown = seeds[: cfg.videos]
+            summary["videos"] = record_videos(task, env_kwargs, checkpoint, shown, out / "videos")
+            for episode, path in zip(summary["episodes"], summary["videos"], strict=False):
+                episode["video"] = os.path.relpath(path, out)
         results["tasks"][task] = summary
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.md", format_results(results) + "\n")

@@ -6,6 +6,12 @@ Evaluation needs episode i to start from `reset(seed=seeds[i])` whichever
 sub-env runs it, so the rollout envs are made with autoreset disabled
 (`make_rollout_envs`) and this module resets finished sub-envs itself, with
 the next seed of the list, through `reset(seed=..., options={"reset_mask": ...})`.
+
+Besides success, every record carries a few flags accumulated from the task
+predicates the env reports in `info` each step (grasped, a wrong object
+handled, reach distance, instability) and the `outcome` that
+`vlagym.eval.diagnostics.classify` derives from them. Reading them costs a few
+array operations per vector step and nothing inside `env.step()`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from gymnasium.vector import AutoresetMode
 from tqdm.auto import tqdm
 
 import vlagym
+from vlagym.eval.diagnostics import GRASP_KEYS, REACH_KEY, WRONG_KEYS, classify
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,18 @@ class EpisodeRecord:
     """success at the last step"""
     length: int
     episode_return: float
+    ever_grasped: bool | None = None
+    """the target (or handle) was held between both pads at some step; None if the task reports no grasp"""
+    grasped_at_end: bool | None = None
+    """... at the last step"""
+    wrong_object: bool | None = None
+    """the task's wrong-object predicate was true at some step; None if the task has none"""
+    min_reach_distance: float | None = None
+    """closest approach (m) of the grasp site to the task's reach point; None if the task reports none"""
+    sim_unstable: bool = False
+    """the episode ended because the simulation diverged"""
+    outcome: str = ""
+    """`vlagym.eval.diagnostics.classify` of this record ("" when never classified)"""
 
 
 def make_rollout_envs(
@@ -60,12 +79,59 @@ def _entry(info: dict, key: str, i: int, default):
     return default
 
 
+class _PredicateFlags:
+    """Per-sub-env running flags of the task predicates in a vector env's `info` (see `EpisodeRecord`)."""
+
+    def __init__(self, n: int):
+        self.grasp_seen, self.ever_grasped, self.grasped_now = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+        self.wrong_seen, self.wrong = np.zeros(n, bool), np.zeros(n, bool)
+        self.min_reach = np.full(n, np.inf)
+        self.unstable = np.zeros(n, bool)
+
+    def clear(self, mask: np.ndarray) -> None:
+        for a in (self.grasp_seen, self.ever_grasped, self.grasped_now, self.wrong_seen, self.wrong, self.unstable):
+            a[mask] = False
+        self.min_reach[mask] = np.inf
+
+    def update(self, info: dict) -> None:
+        grasped_now = np.zeros_like(self.grasped_now)
+        for key in GRASP_KEYS:
+            if key in info:
+                valid = np.asarray(info.get(f"_{key}", True), bool)
+                grasped_now |= np.asarray(info[key], bool) & valid
+                self.grasp_seen |= valid
+        self.grasped_now[:] = grasped_now
+        self.ever_grasped |= grasped_now
+        for key in WRONG_KEYS:
+            if key in info:
+                valid = np.asarray(info.get(f"_{key}", True), bool)
+                self.wrong |= np.asarray(info[key], bool) & valid
+                self.wrong_seen |= valid
+        if REACH_KEY in info:
+            reach = np.where(np.asarray(info.get(f"_{REACH_KEY}", True), bool), info[REACH_KEY], np.inf)
+            np.minimum(self.min_reach, reach.astype(float), out=self.min_reach)
+        if "sim_unstable" in info:
+            self.unstable |= np.asarray(info["sim_unstable"], bool) & np.asarray(info.get("_sim_unstable", True), bool)
+
+    def record_fields(self, i: int) -> dict:
+        grasp, wrong = bool(self.grasp_seen[i]), bool(self.wrong_seen[i])
+        reach = float(self.min_reach[i])
+        return {
+            "ever_grasped": bool(self.ever_grasped[i]) if grasp else None,
+            "grasped_at_end": bool(self.grasped_now[i]) if grasp else None,
+            "wrong_object": bool(self.wrong[i]) if wrong else None,
+            "min_reach_distance": reach if np.isfinite(reach) else None,
+            "sim_unstable": bool(self.unstable[i]),
+        }
+
+
 def run_episodes(
     envs: gym.vector.VectorEnv,
     policy: BatchPolicy,
     seeds: Sequence[int],
     on_episode_start: Callable[[np.ndarray], None] | None = None,
     progress: bool = True,
+    reset_options: dict | None = None,
 ) -> list[EpisodeRecord]:
     """Run `policy` (batched observations -> batched actions) until every seed has had its episode.
 
@@ -73,6 +139,7 @@ def run_episodes(
     stateful policy (action queues, experts) can reset those slots. Records are
     returned in the order of `seeds`. Sub-envs left without a seed keep running
     throw-away episodes until the last real one ends; those are not recorded.
+    `reset_options` go to every sub-env reset (e.g. `{"swap_target": True}`, see `VLAEnv.reset`).
     """
     mode = envs.metadata.get("autoreset_mode")
     if mode != AutoresetMode.DISABLED:
@@ -83,6 +150,7 @@ def run_episodes(
     slot_episode = np.full(n, -1)  # index into `seeds` of the episode each sub-env runs, -1 = throw-away
     records: list[EpisodeRecord | None] = [None] * len(seeds)
     returns, lengths, ever = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
+    flags = _PredicateFlags(n)
     next_episode = 0
 
     def assign(mask: np.ndarray) -> list[int]:
@@ -100,7 +168,7 @@ def run_episodes(
         return out
 
     mask = np.ones(n, bool)
-    obs, info = envs.reset(seed=assign(mask))
+    obs, info = envs.reset(seed=assign(mask), options=dict(reset_options) if reset_options else None)
     instructions = [str(_entry(info, "instruction", i, "")) for i in range(n)]
     tasks = [str(_entry(info, "task", i, envs.spec.id if envs.spec else "")) for i in range(n)]
     if on_episode_start is not None:
@@ -113,11 +181,12 @@ def run_episodes(
             lengths += 1
             success = np.array([bool(_entry(info, "success", i, False)) for i in range(n)])
             ever |= success
+            flags.update(info)
             done = terminated | truncated
             for i in np.flatnonzero(done):
                 k = slot_episode[i]
                 if k >= 0:
-                    records[k] = EpisodeRecord(
+                    record = EpisodeRecord(
                         seed=seeds[k],
                         task=tasks[i],
                         instruction=instructions[i],
@@ -125,18 +194,22 @@ def run_episodes(
                         success_at_end=bool(success[i]),
                         length=int(lengths[i]),
                         episode_return=float(returns[i]),
+                        **flags.record_fields(i),
                     )
+                    record.outcome = classify(record)
+                    records[k] = record
                     bar.update(1)
             if done.any() and any(r is None for r in records):
                 reset_seeds = assign(done)
                 seed_list: list[int | None] = [None] * n
                 for i, s in zip(np.flatnonzero(done), reset_seeds, strict=True):
                     seed_list[i] = s
-                obs, reset_info = envs.reset(seed=seed_list, options={"reset_mask": done})
+                obs, reset_info = envs.reset(seed=seed_list, options={**(reset_options or {}), "reset_mask": done})
                 for i in np.flatnonzero(done):
                     instructions[i] = str(_entry(reset_info, "instruction", i, ""))
                     tasks[i] = str(_entry(reset_info, "task", i, tasks[i]))
                 returns[done], lengths[done], ever[done] = 0.0, 0, False
+                flags.clear(done)
                 if on_episode_start is not None:
                     on_episode_start(done)
     finally:
