@@ -10,6 +10,9 @@
                                          success rates with Wilson 95% intervals (results.json, results.md)
     vlagym eval --suite vlagym-pick --policy CKPT|expert --out bench/pick
                                          a whole benchmark protocol: one results bundle (bundle.json, bundle.md)
+    vlagym eval --suite vlagym-pick --policy CKPT --language-controls --videos 3
+                                         ... plus correct / empty / swapped instruction runs and failure videos
+    vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
     vlagym compare A B                   paired comparison of two bundles (McNemar's exact test, verdict)
     vlagym train-bc --dataset pick.hdf5 --out runs/bc --steps 3000
@@ -46,10 +49,12 @@ from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
+from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
 from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes
 from vlagym.eval.suite_run import (
     BUNDLE_JSON,
     BUNDLE_MD,
+    HEATMAP_PNG,
     METRICS,
     SuiteRunConfig,
     check_comparable,
@@ -356,7 +361,6 @@ def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
         "--tasks": args.tasks is not None,
         "--seed": args.seed is not None,
         "--env-kwargs": args.env_kwargs != "{}",
-        "--videos": args.videos != 0,
         "--vectorization": args.vectorization != "sync",
         "--image-size": args.image_size is not None,
         "--cameras": args.cameras is not None,
@@ -372,6 +376,8 @@ def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
             episodes=args.episodes,
             num_envs=args.num_envs,
             progress=not args.no_progress,
+            language_controls=args.language_controls,
+            videos=args.videos,
         )
     except (SuiteError, EvalError) as e:
         raise UserError(str(e)) from e
@@ -381,6 +387,8 @@ def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
     """The `EvalConfig` of `vlagym eval` arguments (`--env-kwargs` is a JSON object); with `--suite`, a suite run."""
     if args.suite is not None:
         return suite_run_config(args)
+    if args.language_controls:
+        raise UserError("--language-controls runs with a benchmark protocol: add --suite NAME")
     d = EvalConfig.__dataclass_fields__
     tasks = [check_task(t) for t in args.tasks or []]
     try:
@@ -428,7 +436,31 @@ def run_suite_eval(cfg: SuiteRunConfig) -> int:
     except (EvalError, SuiteError) as e:
         raise UserError(str(e)) from e
     print(format_bundle(bundle))
-    print(f"bundle: {Path(cfg.out) / BUNDLE_JSON}, {Path(cfg.out) / BUNDLE_MD} (folder {cfg.out})")
+    out = Path(cfg.out)
+    print(f"bundle: {out / BUNDLE_JSON}, {out / BUNDLE_MD}, {out / HEATMAP_PNG}, report {out / REPORT_HTML}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- vlagym report
+@dataclass
+class ReportConfig:
+    """Options of `vlagym report BUNDLE_DIR`: (re)write the bundle's self-contained HTML page."""
+
+    bundle: str
+    """a bundle folder (bundle.json inside) or a bundle.json"""
+
+
+def run_report(cfg: ReportConfig) -> int:
+    try:
+        bundle, folder = load_bundle(cfg.bundle)
+        path = write_report(bundle, folder)
+    except ReportError as e:
+        raise UserError(str(e)) from e
+    except OSError as e:
+        raise UserError(f"cannot write the report into {str(cfg.bundle)!r}: {e.strerror or e}") from e
+    except (KeyError, TypeError) as e:
+        raise UserError(f"{str(cfg.bundle)!r} is an incomplete results bundle (missing {e})") from e
+    print(f"report: {path}")
     return EXIT_OK
 
 
@@ -755,6 +787,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_parser(sub)
     _add_bench_suite_parser(sub)
     _add_compare_parser(sub)
+    p = sub.add_parser(
+        "report",
+        help="one self-contained HTML page of a results bundle",
+        description="Write BUNDLE/report.html: tables, heatmap, failure taxonomy, language controls, fingerprint "
+        "and embedded episode videos in one file (suite runs write it already; this rewrites it).",
+    )
+    p.add_argument("bundle", help="bundle folder (or its bundle.json)")
     _add_train_bc_parser(sub)
     _add_train_rl_parser(sub)
     return parser
@@ -898,7 +937,18 @@ def _add_eval_parser(sub) -> None:
         default="{}",
         help='JSON object overriding the checkpoint\'s env kwargs, e.g. \'{"split": "lighting"}\'',
     )
-    p.add_argument("--videos", type=int, default=0, help="mp4s of the first N episodes per task (default: 0)")
+    p.add_argument(
+        "--videos",
+        type=int,
+        default=0,
+        help="mp4s of the first N episodes per task; with --suite N per task and split, each outcome in turn "
+        "(default: 0)",
+    )
+    p.add_argument(
+        "--language-controls",
+        action="store_true",
+        help="with --suite: also run the seeds with an empty and with a swapped instruction (tasks that support it)",
+    )
     p.add_argument(
         "--vectorization",
         default=d["vectorization"].default,
@@ -980,6 +1030,7 @@ def _config_from_args(
     | SuiteRunConfig
     | BenchSuiteConfig
     | CompareConfig
+    | ReportConfig
     | BCConfig
     | RLConfig
     | QuickstartConfig
@@ -988,6 +1039,8 @@ def _config_from_args(
         return eval_config(args)
     if args.command == "bench-suite":
         return BenchSuiteConfig(action=args.action, name=getattr(args, "name", ""), json=getattr(args, "json", False))
+    if args.command == "report":
+        return ReportConfig(bundle=args.bundle)
     if args.command == "compare":
         return CompareConfig(a=args.a, b=args.b, metric=args.metric, alpha=args.alpha, json=args.json)
     if args.command == "quickstart":
@@ -1016,6 +1069,20 @@ def _config_from_args(
     )
 
 
+#: the runner of each config type (train-bc and train-rl import torch lazily, so they dispatch by command in `main`)
+_RUNNERS: dict[type, Any] = {
+    ListConfig: run_list,
+    DemoConfig: run_demos,
+    DatasetConfig: run_dataset,
+    EvalConfig: run_eval,
+    SuiteRunConfig: run_suite_eval,
+    BenchSuiteConfig: run_bench_suite,
+    CompareConfig: run_compare,
+    ReportConfig: run_report,
+    QuickstartConfig: run_quickstart,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `vlagym` console script; returns the process exit code."""
     parser = build_parser()
@@ -1031,22 +1098,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         cfg = _config_from_args(args)
-        if isinstance(cfg, ListConfig):
-            return run_list(cfg)
-        if isinstance(cfg, DemoConfig):
-            return run_demos(cfg)
-        if isinstance(cfg, DatasetConfig):
-            return run_dataset(cfg)
-        if isinstance(cfg, EvalConfig):
-            return run_eval(cfg)
-        if isinstance(cfg, SuiteRunConfig):
-            return run_suite_eval(cfg)
-        if isinstance(cfg, BenchSuiteConfig):
-            return run_bench_suite(cfg)
-        if isinstance(cfg, CompareConfig):
-            return run_compare(cfg)
-        if isinstance(cfg, QuickstartConfig):
-            return run_quickstart(cfg)
+        runner = _RUNNERS.get(type(cfg))
+        if runner is not None:
+            return runner(cfg)
         if args.command == "train-bc":
             return run_train_bc(cfg)
         if args.command == "train-rl":

@@ -8,7 +8,15 @@ with seed `base_seed + i`, and writes (atomically):
                       suite average with its bootstrap interval, fingerprint of
                       the software, machine and checkpoint, and the one-line
                       command that reproduces the bundle
-    OUT/bundle.md     the same as Markdown tables (task x split matrix, suite average)
+    OUT/bundle.md     the same as Markdown tables (task x split matrix, suite average,
+                      failure taxonomy, language controls)
+    OUT/heatmap.png   the task x split success matrix (`vlagym.eval.diagnostics`)
+    OUT/report.html   one self-contained page of all of it (`vlagym.eval.report`)
+    OUT/videos/*.mp4  with `videos`: per task x split, episodes of each outcome in turn
+
+With `language_controls`, each task whose env can swap its target also runs the
+protocol's seeds (train split) with the correct, an empty and a swapped
+instruction; the rates, paired tests and a one-line reading go in the bundle.
 
 Re-running the recorded command on the same machine reproduces every episode's
 outcome: the seeds fix the initial states, the expert is deterministic, and a
@@ -38,6 +46,16 @@ from typing import Any
 import numpy as np
 
 import vlagym
+from vlagym.eval.diagnostics import (
+    CONTROL_ENV_KWARGS,
+    CONTROL_OPTIONS,
+    CONTROLS,
+    OUTCOMES,
+    format_controls,
+    summarize_controls,
+    supports_language_controls,
+    write_heatmap,
+)
 from vlagym.eval.evaluate import (
     CHECKPOINT_FILES,
     EXPERT,
@@ -45,9 +63,13 @@ from vlagym.eval.evaluate import (
     EvalError,
     ExpertPolicy,
     episode_dict,
+    format_outcomes,
     read_checkpoint_config,
+    record_videos,
     summarize,
+    videos_by_outcome,
 )
+from vlagym.eval.report import write_report
 from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
 from vlagym.eval.stats import PairingError, bootstrap_suite_mean
 from vlagym.eval.suites import SuiteProtocol, get_suite
@@ -59,6 +81,8 @@ BUNDLE_FORMAT = "vlagym-results-bundle"
 BUNDLE_FORMAT_VERSION = 1
 BUNDLE_JSON = "bundle.json"
 BUNDLE_MD = "bundle.md"
+HEATMAP_PNG = "heatmap.png"
+CONTROL_SPLIT = "train"
 RESULTS_JSON = "results.json"
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -81,11 +105,17 @@ class SuiteRunConfig:
     """parallel sub-envs; a checkpoint's outcomes can depend on it, so it is part of the reproduction command"""
     progress: bool = True
     """show a progress bar"""
+    language_controls: bool = False
+    """also run the language controls (correct / empty / swapped instruction) where a task supports them"""
+    videos: int = 0
+    """per task and split, record this many episodes as mp4, taking each outcome in turn (failures first)"""
 
     def __post_init__(self) -> None:
         get_suite(self.suite)  # SuiteError (a ValueError) naming the known suites
         if self.episodes is not None and self.episodes < 1:
             raise EvalError(f"episodes must be at least 1, got {self.episodes}")
+        if self.videos < 0:
+            raise EvalError(f"videos must be non-negative, got {self.videos}")
         if self.num_envs < 1:
             raise EvalError(f"num_envs must be at least 1, got {self.num_envs}")
         if self.policy != EXPERT:
@@ -190,6 +220,10 @@ def reproduction_command(cfg: SuiteRunConfig) -> str:
         argv += ["--episodes", str(cfg.episodes)]
     if cfg.num_envs != 1:
         argv += ["--num-envs", str(cfg.num_envs)]
+    if cfg.language_controls:
+        argv.append("--language-controls")
+    if cfg.videos:
+        argv += ["--videos", str(cfg.videos)]
     return shlex.join(argv)
 
 
@@ -231,16 +265,83 @@ def cell_env_kwargs(checkpoint: CheckpointPolicy | None, split: str) -> dict[str
 
 
 def _run_cell(
-    task: str, split: str, seeds: list[int], cfg: SuiteRunConfig, checkpoint: CheckpointPolicy | None
+    task: str,
+    split: str,
+    seeds: list[int],
+    cfg: SuiteRunConfig,
+    checkpoint: CheckpointPolicy | None,
+    extra_kwargs: dict[str, Any] | None = None,
+    reset_options: dict[str, Any] | None = None,
 ) -> tuple[list[EpisodeRecord], dict[str, Any]]:
-    kwargs = cell_env_kwargs(checkpoint, split)
+    kwargs = {**cell_env_kwargs(checkpoint, split), **(extra_kwargs or {})}
     envs = make_rollout_envs(task, cfg.num_envs, "sync", **kwargs)
     try:
         policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
-        records = run_episodes(envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress)
+        records = run_episodes(
+            envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress, reset_options=reset_options
+        )
     finally:
         envs.close()
     return records, kwargs
+
+
+def video_seeds(records: list[EpisodeRecord], count: int) -> list[int]:
+    """Up to `count` seeds, one outcome after another (failures before success), in episode order within each."""
+    by_outcome = {o: [r.seed for r in records if r.outcome == o] for o in (*OUTCOMES[1:], OUTCOMES[0])}
+    chosen: list[int] = []
+    while len(chosen) < count and any(by_outcome.values()):
+        for seeds in by_outcome.values():
+            if seeds and len(chosen) < count:
+                chosen.append(seeds.pop(0))
+    return chosen
+
+
+def _cell_videos(
+    task: str,
+    split: str,
+    records: list[EpisodeRecord],
+    episodes: list[dict[str, Any]],
+    kwargs: dict[str, Any],
+    cfg: SuiteRunConfig,
+    checkpoint: CheckpointPolicy | None,
+) -> None:
+    """Record the chosen episodes of one cell; each episode record gets its video's path relative to OUT."""
+    out = Path(cfg.out)
+    seeds = video_seeds(records, cfg.videos)
+    paths = record_videos(task, kwargs, checkpoint, seeds, out / "videos", name=f"{task}_{split}")
+    by_seed = {seed: os.path.relpath(p, out) for seed, p in zip(seeds, paths, strict=True)}
+    for e in episodes:
+        if e["seed"] in by_seed:
+            e["video"] = by_seed[e["seed"]]
+
+
+def run_language_controls(
+    protocol: SuiteProtocol, seeds: list[int], cfg: SuiteRunConfig, checkpoint: CheckpointPolicy | None
+) -> dict[str, Any]:
+    """Per task of the protocol: the three controls on the train split (or why they do not apply)."""
+    controls: dict[str, Any] = {}
+    for task in protocol.tasks:
+        if not supports_language_controls(task):
+            controls[task] = {"note": "not applicable (the task cannot name another object)"}
+            continue
+        extra = CONTROL_ENV_KWARGS.get(task, {})
+        outcomes, episodes = {}, {}
+        for control in CONTROLS:
+            logger.info("language control %s: %s on %s, %d episodes", control, cfg.policy, task, len(seeds))
+            records, _ = _run_cell(task, CONTROL_SPLIT, seeds, cfg, checkpoint, extra, CONTROL_OPTIONS[control])
+            outcomes[control] = [r.success for r in records]
+            episodes[control] = [
+                {"seed": r.seed, "instruction": r.instruction, "success": r.success, "outcome": r.outcome}
+                for r in records
+            ]
+        controls[task] = {
+            "split": CONTROL_SPLIT,
+            "env_kwargs": extra,
+            "reset_options": CONTROL_OPTIONS,
+            **summarize_controls(outcomes),
+            "episodes": episodes,
+        }
+    return controls
 
 
 def suite_average(results: dict[str, dict[str, Any]], metric: str) -> dict[str, Any]:
@@ -279,7 +380,10 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
             cell["env_kwargs"] = kwargs
             cell["seconds"] = round(time.perf_counter() - t_cell, 3)
             cell["episodes"] = [episode_dict(r) for r in records]
+            if cfg.videos:
+                _cell_videos(task, split, records, cell["episodes"], kwargs, cfg, checkpoint)
             results[task][split] = cell
+    controls = run_language_controls(protocol, seeds, cfg, checkpoint) if cfg.language_controls else None
     wall = time.perf_counter() - t0
     rendered = checkpoint is not None and "rgb" in str(checkpoint.env_kwargs.get("obs_mode", "rgb"))
     bundle = {
@@ -294,14 +398,29 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
         "chunk_settings": chunk_settings(checkpoint, protocol),
         "results": results,
         "suite_average": {metric: suite_average(results, metric) for metric in METRICS},
+        "outcome_definitions": "vlagym.eval.diagnostics (module docstring): " + ", ".join(OUTCOMES),
         "fingerprint": fingerprint(cfg, rendered),
         "started_utc": started.isoformat(timespec="seconds"),
         "wall_clock_s": round(wall, 3),
         "reproduce": reproduction_command(cfg),
     }
-    atomic_write_json(out / BUNDLE_JSON, bundle)
-    atomic_write_text(out / BUNDLE_MD, format_bundle(bundle) + "\n")
+    if controls is not None:
+        bundle["language_controls"] = controls
+    write_outputs(bundle, out)
     return bundle
+
+
+def write_outputs(bundle: dict[str, Any], out: Path) -> None:
+    """bundle.json, bundle.md, heatmap.png and report.html of `bundle` into `out`, each atomically."""
+    atomic_write_json(out / BUNDLE_JSON, bundle)
+    write_heatmap(out / HEATMAP_PNG, bundle["results"], bundle["protocol"]["splits"], bundle_title(bundle))
+    atomic_write_text(out / BUNDLE_MD, format_bundle(bundle) + "\n")
+    write_report(bundle, out)
+
+
+def bundle_title(bundle: dict[str, Any]) -> str:
+    """ "NAME vVERSION: POLICY" of a bundle."""
+    return f"{bundle['protocol']['name']} v{bundle['protocol']['version']}: {bundle['policy']}"
 
 
 # ---------------------------------------------------------------------------- Markdown
@@ -339,7 +458,34 @@ def format_bundle(bundle: dict[str, Any]) -> str:
     lines += ["", "## Suite average", "", "| metric | mean | 95% bootstrap CI |", "|---|---:|---|"]
     for metric, avg in bundle["suite_average"].items():
         lines.append(f"| {metric} | {_pct(avg['mean'])} | [{_pct(avg['ci95'][0])}, {_pct(avg['ci95'][1])}] |")
+    lines += ["", f"![success per task and split]({HEATMAP_PNG})"]
+    rows = outcome_rows(bundle)
+    if rows:
+        lines += ["", "## Outcomes (failure taxonomy)", "", f"Definitions: {bundle.get('outcome_definitions', '')}."]
+        lines += ["Counts over all splits; numbers in brackets link to episode videos.", ""]
+        lines.append(format_outcomes(*rows))
+    if bundle.get("language_controls"):
+        lines += ["", "## Language controls", ""]
+        lines.append(
+            "Same seeds (train split) with the correct instruction, an empty one, and one naming another object "
+            "of the scene (success counted for the object named); 95% Wilson intervals."
+        )
+        lines += ["", format_controls(bundle["language_controls"])]
     return "\n".join(lines)
+
+
+def outcome_rows(bundle: dict[str, Any]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[str]]]] | None:
+    """Per task: outcome counts summed over splits, and {outcome: video paths}; None for bundles without outcomes."""
+    counts: dict[str, dict[str, int]] = {}
+    videos: dict[str, dict[str, list[str]]] = {}
+    for task, by_split in bundle["results"].items():
+        if not all("outcomes" in cell for cell in by_split.values()):
+            return None
+        counts[task] = {o: sum(cell["outcomes"].get(o, 0) for cell in by_split.values()) for o in OUTCOMES}
+        for cell in by_split.values():
+            for o, paths in videos_by_outcome(cell["episodes"]).items():
+                videos.setdefault(task, {}).setdefault(o, []).extend(paths)
+    return counts, videos
 
 
 # ---------------------------------------------------------------------------- reading runs back
