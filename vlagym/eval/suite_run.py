@@ -322,7 +322,7 @@ def run_language_controls(
     controls: dict[str, Any] = {}
     for task in protocol.tasks:
         if not supports_language_controls(task):
-            controls[task] = {"note": "not applicable (the task cannot name another object)"}
+            controls[task] = {"note": "not applicable (the task has no target swap: VLAEnv.swap_candidates)"}
             continue
         extra = CONTROL_ENV_KWARGS.get(task, {})
         outcomes, episodes = {}, {}
