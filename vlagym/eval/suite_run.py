@@ -192,8 +192,8 @@ def checkpoint_hashes(policy: str) -> dict[str, str]:
     return hashes
 
 
-def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:
-    """Software versions, machine, renderer and checkpoint hashes of this run."""
+def machine_fingerprint(rendered: bool) -> dict[str, Any]:
+    """Software versions, machine and renderer of this process (shared by `vlagym bench`)."""
     return {
         "versions": {
             "vlagym": vlagym.__version__,
@@ -209,8 +209,12 @@ def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:
         "gpu": _gpu_name(),
         "gl_renderer": _gl_renderer(rendered),
         "mujoco_gl": os.environ.get("MUJOCO_GL", "unset"),
-        "checkpoint_sha256": checkpoint_hashes(cfg.policy),
     }
+
+
+def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:
+    """Software versions, machine, renderer and checkpoint hashes of this run."""
+    return {**machine_fingerprint(rendered), "checkpoint_sha256": checkpoint_hashes(cfg.policy)}
 
 
 def reproduction_command(cfg: SuiteRunConfig) -> str:
