@@ -15,6 +15,11 @@
     vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
     vlagym compare A B                   paired comparison of two bundles (McNemar's exact test, verdict)
+    vlagym bench [--quick] [--sections env vector ...] [--out bench.json]
+                                         speed benchmarks side by side: env vs raw physics, vector envs, dataset,
+                                         BC training, policy latency, PPO (Markdown tables + JSON)
+    vlagym bench --compare OLD.json NEW.json
+                                         new / old per benchmark number of two saved runs
     vlagym train-bc --dataset pick.hdf5 --out runs/bc --steps 3000
                                          behaviour cloning of the VLA (checkpoints, TensorBoard logs, evals);
                                          under torchrun every rank runs it (DDP)
@@ -48,6 +53,8 @@ import vlagym
 from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
+from vlagym.eval import bench
+from vlagym.eval.bench import BenchConfig
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
 from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
 from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes
@@ -576,6 +583,59 @@ def run_compare(cfg: CompareConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym bench
+@dataclass
+class BenchCompareConfig:
+    """Options of `vlagym bench --compare OLD NEW`: the numbers of two saved runs side by side."""
+
+    old: str
+    """a `vlagym bench` JSON file"""
+    new: str
+    """another one, usually of a newer version on the same machine"""
+
+
+def bench_config(args: argparse.Namespace) -> BenchConfig | BenchCompareConfig:
+    if args.compare:
+        return BenchCompareConfig(*args.compare)
+    try:
+        return BenchConfig(
+            sections=args.sections or list(bench.SECTIONS),
+            tasks=args.tasks,
+            quick=args.quick,
+            out=args.out or None,
+            threads=args.threads,
+            image_size=args.image_size,
+            device=args.device,
+            demos=args.demos,
+            policy=args.policy,
+            pin=not args.no_pin,
+        )
+    except bench.BenchError as e:
+        raise UserError(str(e)) from e
+
+
+def run_bench(cfg: BenchConfig) -> int:
+    def show(table: bench.Table) -> None:
+        print(bench.format_table(table), end="\n\n", flush=True)
+
+    doc = bench.run_bench(cfg, on_section=show)
+    print(f"measured on: {bench.format_header(doc)}; {doc['wall_s']:.0f} s in all")
+    if cfg.out:
+        print(f"results: {cfg.out} (compare two runs: vlagym bench --compare OLD.json NEW.json)")
+    return EXIT_OK
+
+
+def run_bench_compare(cfg: BenchCompareConfig) -> int:
+    try:
+        old, new = bench.read_run(cfg.old), bench.read_run(cfg.new)
+    except bench.BenchError as e:
+        raise UserError(str(e)) from e
+    print(f"old: {cfg.old} ({old['created']}); new: {cfg.new} ({new['created']})")
+    print()
+    print(bench.format_comparison(old, new))
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- vlagym train-bc
 def train_bc_config(args: argparse.Namespace) -> BCConfig:
     """The `BCConfig` of `vlagym train-bc` arguments; the policy reads the demos' image size and cameras."""
@@ -787,6 +847,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_parser(sub)
     _add_bench_suite_parser(sub)
     _add_compare_parser(sub)
+    _add_bench_parser(sub)
     p = sub.add_parser(
         "report",
         help="one self-contained HTML page of a results bundle",
@@ -810,6 +871,34 @@ def _add_bench_suite_parser(sub) -> None:
     a = actions.add_parser("show", help="one protocol in full: tasks, horizons, splits, seeds, success, chunks")
     a.add_argument("name", help="suite name (see `vlagym bench-suite list`)")
     a.add_argument("--json", action="store_true", help="print the protocol as JSON")
+
+
+def _add_bench_parser(sub) -> None:
+    d = {f.name: f.default for f in dataclasses.fields(BenchConfig)}
+    p = sub.add_parser(
+        "bench",
+        help="speed benchmarks: envs vs raw physics, vector envs, dataset, BC, latency, PPO",
+        description="Measure, side by side in one run: env steps/s per task (state and rgb) beside the raw physics "
+        "limit, vector-env scaling, dataset samples/s, BC training samples/s, policy latency p50/p99 and PPO env "
+        "steps/s. Prints Markdown tables and saves JSON; --compare prints new / old of two saved runs. Run it on "
+        "a quiet machine: the numbers compare rows of one run, or two runs of the same machine.",
+    )
+    p.add_argument(
+        "--sections",
+        nargs="+",
+        metavar="SECTION",
+        help=f"sections to run, of {', '.join(bench.SECTIONS)} (default: all)",
+    )
+    p.add_argument("--tasks", nargs="+", metavar="TASK", help="env section: task ids (default: every single task)")
+    p.add_argument("--quick", action="store_true", help="tiny budgets and a tiny VLA: a smoke run, not numbers")
+    p.add_argument("--out", default=d["out"], help="JSON results file, '' for none (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=d["threads"], help="torch threads (default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=d["image_size"], help="camera images, px (default: %(default)s)")
+    p.add_argument("--device", default=d["device"], help="torch device, cpu or cuda (default: %(default)s)")
+    p.add_argument("--demos", help="dataset/bc/ppo: a demo file instead of the synthetic one")
+    p.add_argument("--policy", help="latency: a checkpoint folder instead of untrained policies of both heads")
+    p.add_argument("--no-pin", action="store_true", help="env/render: do not pin the process to one core")
+    p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two saved runs instead of running")
 
 
 def _add_compare_parser(sub) -> None:
@@ -1030,6 +1119,8 @@ def _config_from_args(
     | SuiteRunConfig
     | BenchSuiteConfig
     | CompareConfig
+    | BenchConfig
+    | BenchCompareConfig
     | ReportConfig
     | BCConfig
     | RLConfig
@@ -1041,6 +1132,8 @@ def _config_from_args(
         return BenchSuiteConfig(action=args.action, name=getattr(args, "name", ""), json=getattr(args, "json", False))
     if args.command == "report":
         return ReportConfig(bundle=args.bundle)
+    if args.command == "bench":
+        return bench_config(args)
     if args.command == "compare":
         return CompareConfig(a=args.a, b=args.b, metric=args.metric, alpha=args.alpha, json=args.json)
     if args.command == "quickstart":
@@ -1078,6 +1171,8 @@ _RUNNERS: dict[type, Any] = {
     SuiteRunConfig: run_suite_eval,
     BenchSuiteConfig: run_bench_suite,
     CompareConfig: run_compare,
+    BenchConfig: run_bench,
+    BenchCompareConfig: run_bench_compare,
     ReportConfig: run_report,
     QuickstartConfig: run_quickstart,
 }
