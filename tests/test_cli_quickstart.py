@@ -28,7 +28,10 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     assert list((out / "eval" / "videos").glob("*.mp4"))
 
 
-@pytest.mark.parametrize("kwargs", [{"steps": 0}, {"demos": -1}, {"eval_seed": 5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"steps": 0}, {"demos": -1}, {"eval_seed": 5}, {"n_action_steps": 11}, {"action_noise": -0.1}, {"ema": 1.0}],
+)
 def test_bad_quickstart_config_raises(kwargs):
     with pytest.raises(ValueError):
         QuickstartConfig(**kwargs)

@@ -11,7 +11,7 @@ from vlagym.wrappers.language import Tokenizer
 from vlagym.wrappers.normalize import NormStats
 
 K, A, P = 4, 7, 23
-TINY = dict(image_size=32, vision_channels=(8, 16), hidden_dim=32, text_layers=1, chunk_size=K)
+TINY = dict(image_size=32, vision_channels=(8, 16), hidden_dim=32, text_layers=1, chunk_size=K, binary_gripper=False)
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +186,17 @@ def test_masked_reset_restarts_the_temporal_ensemble_of_those_rows(tokenizer):
     # row 0 averages chunk 0 step 1 with chunk 1 step 0; row 1 starts afresh from chunk 1
     assert policy.select_action(batch)[:, 0].tolist() == pytest.approx([(1 + 100) / 2, 110.0])
     assert policy.select_action(batch)[:, 0].tolist() == pytest.approx([(2 + 101 + 200) / 3, (111 + 210) / 2])
+
+
+@pytest.mark.parametrize("temporal_ensemble", [False, True])
+def test_binary_gripper_snaps_only_the_last_entry_to_its_sign(temporal_ensemble, tokenizer):
+    policy = tiny(tokenizer, binary_gripper=True, temporal_ensemble=temporal_ensemble)
+    chunk = torch.linspace(-0.6, 0.6, 2 * K * A).view(2, K, A)
+    policy.predict_action_chunk = lambda b, generator=None: chunk
+    action = policy.select_action(make_batch(b=2))
+    assert torch.equal(action[:, :-1], chunk[:, 0, :-1])
+    assert torch.equal(action[:, -1], torch.sign(chunk[:, 0, -1]))
+    assert torch.equal(chunk, torch.linspace(-0.6, 0.6, 2 * K * A).view(2, K, A))  # the chunk is left untouched
 
 
 def test_flow_inference_is_deterministic_for_a_seed(tokenizer):

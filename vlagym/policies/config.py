@@ -47,6 +47,9 @@ class VLAConfig:
     """ACT-style temporal ensembling: predict every step and average the overlapping chunks' actions."""
     ensemble_coeff: float = 0.01
     """Weight exp(-coeff * i) of the i-th oldest prediction of a step in the temporal ensemble (ACT's m)."""
+    binary_gripper: bool = True
+    """Snap the last action entry (the gripper command: the scripted demos only ever hold -1 or +1) to its sign
+    in `select_action`. A regressed or ensembled gripper value between the two is a half-closed, weak grip."""
     head: str = "l1"
     """"l1": regress the normalised chunk with an L1 loss; "flow": flow matching (generative)."""
     vision_channels: tuple[int, ...] = (32, 64, 128)
@@ -110,7 +113,7 @@ class VLAConfig:
         _choice("head", self.head, HEADS)
         _choice("flow_time_sampling", self.flow_time_sampling, FLOW_TIME_SAMPLINGS)
         _choice("normalization", self.normalization, NORMALIZATIONS)
-        for name in ("temporal_ensemble", "film"):
+        for name in ("temporal_ensemble", "film", "binary_gripper"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not (isinstance(self.ensemble_coeff, (int, float)) and math.isfinite(self.ensemble_coeff)):

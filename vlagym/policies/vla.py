@@ -312,9 +312,17 @@ class VLAPolicy(nn.Module):
     def select_action(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
         """(B, A) the action to execute now: the next of `n_action_steps` actions of the row's current chunk,
         with a new chunk predicted for the rows that ran out; with temporal ensembling, a weighted average of
-        every chunk predicted for this step."""
+        every chunk predicted for this step. With `binary_gripper` the gripper entry is then snapped to +-1."""
         if self.config.temporal_ensemble:
-            return self._ensembled_action(self.predict_action_chunk(batch, generator))
+            action = self._ensembled_action(self.predict_action_chunk(batch, generator))
+        else:
+            action = self._queued_action(batch, generator)
+        if self.config.binary_gripper:
+            action = action.clone()
+            action[:, -1] = torch.where(action[:, -1] >= 0, 1.0, -1.0)
+        return action
+
+    def _queued_action(self, batch: Mapping[str, Any], generator: torch.Generator | None) -> Tensor:
         n = self.config.n_action_steps
         b = self._batch_size(batch)
         if self._step is None or self._step.shape[0] != b:

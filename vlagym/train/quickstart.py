@@ -1,6 +1,6 @@
 """The whole loop on built-in defaults: scripted demos -> behaviour cloning -> evaluation.
 
-    vlagym quickstart            # about 10 minutes on a 2-core laptop CPU
+    vlagym quickstart            # about 20 minutes on a 2-core laptop CPU
 
 Every stage writes into one run folder (demos.hdf5, bc/ with checkpoints and
 TensorBoard logs, eval/ and eval_heldout/ with results and videos), and the
@@ -21,6 +21,8 @@ from vlagym.io import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
+CHUNK_SIZE = 10  # the policy's default chunk (VLAConfig.chunk_size)
+
 
 @dataclass
 class QuickstartConfig:
@@ -28,16 +30,26 @@ class QuickstartConfig:
 
     task: str = "VLA-PickCup-v0"
     """task to learn"""
-    demos: int = 200
-    """scripted-expert episodes to collect (seeds 0..demos-1)"""
+    demos: int = 1000
+    """scripted-expert episodes to collect (seeds 0..demos-1; those the noisy expert fails are dropped)"""
+    action_noise: float = 0.3
+    """std of the noise on the demos' executed arm actions (DART): the demos then show the expert recovering
+    from small errors, the ones a cloned policy makes"""
     num_envs: int = 2
     """parallel sub-envs for collection and evaluation"""
     image_size: int = 64
     """camera image side, for the demos and the policy"""
-    steps: int = 3000
+    steps: int = 8000
     """behaviour-cloning optimiser steps"""
     batch_size: int = 64
     """behaviour-cloning batch size"""
+    ema: float = 0.999
+    """decay of the EMA of the weights that is evaluated and saved (0: off)"""
+    temporal_ensemble: bool = True
+    """act with ACT's temporal ensembling: predict a 10-action chunk every step and average every chunk's
+    action for this step (measured better than executing chunks open-loop)"""
+    n_action_steps: int = 5
+    """without temporal ensembling: actions of each predicted chunk executed before predicting again"""
     eval_episodes: int = 200
     """evaluation episodes per instruction split"""
     eval_seed: int = 1_000_000
@@ -52,10 +64,16 @@ class QuickstartConfig:
     """show progress bars"""
 
     def __post_init__(self) -> None:
-        for name in ("demos", "num_envs", "steps", "batch_size", "eval_episodes"):
+        for name in ("demos", "num_envs", "steps", "batch_size", "eval_episodes", "n_action_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 1 <= self.n_action_steps <= CHUNK_SIZE:
+            raise ValueError(f"n_action_steps must be in 1..{CHUNK_SIZE} (the chunk size), got {self.n_action_steps!r}")
+        if not 0.0 <= self.action_noise <= 1.0:
+            raise ValueError(f"action_noise must be in [0, 1], got {self.action_noise!r}")
+        if not 0.0 <= self.ema < 1.0:
+            raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
         if self.eval_seed < self.demos:
             raise ValueError(f"eval_seed ({self.eval_seed}) must not overlap the demo seeds 0..{self.demos - 1}")
 
@@ -98,6 +116,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
             out=str(demo_path),
             image_size=cfg.image_size,
             env_kwargs={},
+            action_noise=cfg.action_noise,
             overwrite=True,
             progress=cfg.progress,
         )
@@ -110,8 +129,13 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         BCConfig(
             dataset=[str(demo_path)],
             out=str(bc_out),
-            policy=VLAConfig(image_size=cfg.image_size),
+            policy=VLAConfig(
+                image_size=cfg.image_size,
+                temporal_ensemble=cfg.temporal_ensemble,
+                n_action_steps=1 if cfg.temporal_ensemble else cfg.n_action_steps,
+            ),
             steps=cfg.steps,
+            ema=cfg.ema,
             # A tiny demo set (a smoke run) may hold fewer samples than one batch.
             batch_size=min(cfg.batch_size, demos.steps),
             seed=cfg.seed,
