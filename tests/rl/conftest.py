@@ -19,9 +19,13 @@ def flow_checkpoint(tmp_path_factory) -> Path:
     return make_bc_checkpoint(tmp_path_factory.mktemp("bc_flow") / "ckpt", head="flow")
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def one_torch_thread():
-    """The tiny VLA runs ~100x faster on one thread than on two contended ones (a busy 2-core machine)."""
+    """The tiny VLA runs ~100x faster on one thread than on two contended ones (a busy 2-core machine).
+
+    Per test, restored after it: a session-wide setting would leak into every later test of the run (the BC
+    resume test compares an in-process run with a subprocess one, bit for bit, and the thread count changes
+    floating-point reduction order)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

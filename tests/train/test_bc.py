@@ -105,7 +105,10 @@ def test_loss_decreases(pick_demos, tmp_path):
 
 KILL_SCRIPT = """
 import os, signal, sys
+import torch
 import vlagym.train.bc as bc
+
+torch.set_num_threads({threads})  # the parent's: the thread count changes floating-point reduction order
 
 original = bc.write_checkpoint
 
@@ -129,7 +132,7 @@ def test_resume_after_sigkill_is_bit_identical(pick_demos, tmp_path):
     # Same run in a subprocess, killed right after its step-10 checkpoint, then resumed here.
     cut = tmp_path / "cut"
     cfg = tiny_config(pick_demos, cut, checkpoint_every=5, policy=policy, ema=0.5)
-    script = KILL_SCRIPT.format(kill_at=10, config=repr(cfg.to_dict()))
+    script = KILL_SCRIPT.format(kill_at=10, config=repr(cfg.to_dict()), threads=torch.get_num_threads())
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert latest_checkpoint(cut) == cut / "checkpoints" / "step_10"

@@ -798,8 +798,16 @@ def train_rl(cfg: RLConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
+    threads = torch.get_num_threads()
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
+    try:
+        return _train_rl(cfg, out)
+    finally:
+        torch.set_num_threads(threads)  # the caller's process-wide setting, as it was
+
+
+def _train_rl(cfg: RLConfig, out: Path) -> dict[str, Any]:
     run = build_run(cfg)
     model = run.model
     try:
