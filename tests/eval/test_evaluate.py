@@ -14,7 +14,7 @@ import pytest
 
 import vlagym
 from vlagym.envs.pick_cup import PickCupEnv
-from vlagym.eval.evaluate import CheckpointPolicy, EvalConfig, EvalError, evaluate
+from vlagym.eval.evaluate import CheckpointPolicy, EvalConfig, EvalError, evaluate, format_results
 
 PICK = "VLA-PickCup-v0"
 Z2 = 1.96**2
@@ -81,6 +81,8 @@ def test_multitask_records_the_drawn_task(tmp_path):
     assert all(t in vlagym.TASKS and t != "VLA-MultiTask-v0" for t in drawn)
     assert set(s["by_task"]) == set(drawn)
     assert sum(b["n"] for b in s["by_task"].values()) == 4
+    table = format_results(results)
+    assert all(f"| ↳ {task} |" in table for task in drawn)
 
 
 def test_videos_of_the_first_episodes(tmp_path):

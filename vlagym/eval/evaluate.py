@@ -270,19 +270,26 @@ def videos_by_outcome(episodes: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
+def _summary_row(name: str, s: dict[str, Any]) -> str:
+    lo, hi = s["ci95"]
+    return (
+        f"| {name} | {s['n']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] | "
+        f"{s['success_at_end_rate']:.1%} | {s['mean_length']:.1f} | {s['mean_return']:.2f} |"
+    )
+
+
 def format_results(results: dict[str, Any]) -> str:
-    """The Markdown table of `results["tasks"]`: task | n | success | 95% CI | success at end | length | return;
-    then the outcome counts per task (with links to the recorded videos)."""
+    """The Markdown table of `results["tasks"]`: task | n | success | 95% CI | success at end | length | return
+    (for a multi-task env also one row per task it drew); then the outcome counts per task (with links to the
+    recorded videos)."""
     lines = [
         "| task | n | success | 95% CI | success at end | mean length | mean return |",
         "|---|---:|---:|---|---:|---:|---:|",
     ]
     for task, s in results["tasks"].items():
-        lo, hi = s["ci95"]
-        lines.append(
-            f"| {task} | {s['n']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] | "
-            f"{s['success_at_end_rate']:.1%} | {s['mean_length']:.1f} | {s['mean_return']:.2f} |"
-        )
+        lines.append(_summary_row(task, s))
+        # A multi-task env: a row per task it drew, under its own.
+        lines += [_summary_row(f"↳ {drawn}", d) for drawn, d in sorted(s.get("by_task", {}).items())]
     with_outcomes = {task: s for task, s in results["tasks"].items() if "outcomes" in s}
     if with_outcomes:
         rows = {task: s["outcomes"] for task, s in with_outcomes.items()}
