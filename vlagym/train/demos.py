@@ -698,7 +698,9 @@ def collect_demos(cfg: DemoConfig) -> DemoSummary:
     )
     if failed:
         what = "kept" if cfg.keep_failures else "dropped"
-        logger.warning("%d of %d episodes failed (%s); seeds %s", len(failed), remaining, what, failed[:20])
+        # With action noise the perturbed expert fails now and then by design; without, a failure is news.
+        level = logging.INFO if cfg.action_noise > 0 else logging.WARNING
+        logger.log(level, "%d of %d episodes failed (%s); seeds %s", len(failed), remaining, what, failed[:20])
     logger.info(
         "%s: %d demos, %d steps; this run: %d episodes, %d successes, %d failures, %.1f s",
         journal.path,
