@@ -702,6 +702,7 @@ _RL_OPTIONS = (
     "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
     "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
     "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
+    "max_minutes",
 )  # fmt: skip
 
 
@@ -962,6 +963,9 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--env-kwargs", default="{}", help="JSON object of extra env kwargs, e.g. '{\"num_cups\": 1}'")
     p.add_argument("--out", default=None, help="run folder (default: runs/rl)")
     p.add_argument("--timesteps", type=int, default=None, help="RL steps over all sub-envs (default: 20000)")
+    p.add_argument(
+        "--max-minutes", type=float, default=None, help="also stop after this many minutes of training (default: none)"
+    )
     p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
     p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
     p.add_argument("--reward", default=None, help="sparse or dense (default: sparse post-training, dense from scratch)")

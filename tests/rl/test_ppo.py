@@ -114,6 +114,19 @@ def test_from_scratch_smoke(algo, tmp_path, in_tmp_dir):
     assert results["tasks"][TASK]["n"] == 2 and results["seed"] == 100_000
 
 
+def test_max_minutes_stops_early_and_still_saves(tmp_path, in_tmp_dir):
+    out = tmp_path / "timed"
+    result = train_rl(_scratch(out, "ppo", total_timesteps=10_000, max_minutes=1e-6, eval_every=0))
+    assert 0 < result["timesteps"] < 10_000
+    assert (out / "checkpoints" / f"step_{result['timesteps']}" / "sb3.zip").is_file()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True])
+def test_bad_max_minutes_raises(bad, tmp_path):
+    with pytest.raises(ValueError, match="max_minutes"):
+        _scratch(tmp_path, "ppo", max_minutes=bad)
+
+
 def test_same_seed_same_weights(tmp_path, in_tmp_dir):
     a = train_rl(_scratch(tmp_path / "a", "ppo", eval_every=0))["model"].policy.state_dict()
     b = train_rl(_scratch(tmp_path / "b", "ppo", eval_every=0))["model"].policy.state_dict()

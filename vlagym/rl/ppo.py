@@ -121,6 +121,9 @@ class RLConfig:
     """run folder: config, TensorBoard logs, checkpoints, evaluations"""
     total_timesteps: int = 20_000
     """SB3 timesteps: RL steps summed over the sub-envs (one RL step executes `chunk_size` actions)"""
+    max_minutes: float | None = None
+    """also stop once training has run this many minutes (wall clock, evaluations excluded, resumed runs
+    included); the final checkpoint and evaluation are still written. None: no time limit"""
     n_envs: int = 4
     """parallel sub-envs"""
     vectorization: str = "sync"
@@ -244,6 +247,13 @@ class RLConfig:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
 
     def _check_numbers(self) -> None:
+        if self.max_minutes is not None and not (
+            isinstance(self.max_minutes, (int, float))
+            and not isinstance(self.max_minutes, bool)
+            and math.isfinite(self.max_minutes)
+            and self.max_minutes > 0
+        ):
+            raise ValueError(f"max_minutes must be a positive number of minutes or None, got {self.max_minutes!r}")
         for name, low in (
             ("total_timesteps", 1),
             ("n_envs", 1),
@@ -744,6 +754,10 @@ class _RunCallback(BaseCallback):
         self._rollout_env_steps += steps
         if self._bar is not None:
             self._bar.update(self.training_env.num_envs)
+        limit = self.run.cfg.max_minutes
+        if limit is not None and self.progress.train_s + time.perf_counter() - self._t_last >= 60.0 * limit:
+            logger.info("max_minutes=%s reached at %d timesteps: stopping", limit, self.model.num_timesteps)
+            return False  # SB3 ends learn(); the final checkpoint and evaluation follow
         return True
 
     def _on_rollout_start(self) -> None:
