@@ -44,7 +44,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -63,6 +62,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.utils import explained_variance
 
 import vlagym
+from vlagym.checks import check_float, check_int
 from vlagym.io import atomic_write_json, atomic_write_text
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.config import VLAConfig
@@ -88,21 +88,6 @@ DEFAULT_BATCH = {"ppo": 64, "sac": 256}
 
 
 # ---------------------------------------------------------------------------- config
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_float(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(
-            f"{name} must be a finite number {bound}{'' if high == math.inf else f' and <= {high}'}, got {value!r}"
-        )
-
-
 @dataclass
 class RLConfig:
     """Options of `train_rl` (and `vlagym train-rl`); saved as ``OUT/rl_config.json`` with defaults resolved."""
@@ -247,13 +232,8 @@ class RLConfig:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
 
     def _check_numbers(self) -> None:
-        if self.max_minutes is not None and not (
-            isinstance(self.max_minutes, (int, float))
-            and not isinstance(self.max_minutes, bool)
-            and math.isfinite(self.max_minutes)
-            and self.max_minutes > 0
-        ):
-            raise ValueError(f"max_minutes must be a positive number of minutes or None, got {self.max_minutes!r}")
+        if self.max_minutes is not None:
+            check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         for name, low in (
             ("total_timesteps", 1),
             ("n_envs", 1),
@@ -269,27 +249,27 @@ class RLConfig:
             ("eval_seed", 0),
             ("checkpoint_every", 0),
         ):
-            _check_int(name, getattr(self, name), low)
+            check_int(name, getattr(self, name), low)
         for name in ("max_episode_steps", "chunk_size", "torch_threads"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1)
+                check_int(name, getattr(self, name), 1)
         if self.batch_size is not None:
-            _check_int("batch_size", self.batch_size, 2)
+            check_int("batch_size", self.batch_size, 2)
         if self.lr is not None:
-            _check_float("lr", self.lr, 0.0, low_open=True)
+            check_float("lr", self.lr, 0.0, low_open=True)
         if self.target_kl is not None:
-            _check_float("target_kl", self.target_kl, 0.0, low_open=True)
-        _check_float("critic_lr", self.critic_lr, 0.0, low_open=True)
-        _check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
-        _check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        _check_float("clip_range", self.clip_range, 0.0, low_open=True)
-        _check_float("max_grad_norm", self.max_grad_norm, 0.0, low_open=True)
+            check_float("target_kl", self.target_kl, 0.0, low_open=True)
+        check_float("critic_lr", self.critic_lr, 0.0, low_open=True)
+        check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_float("clip_range", self.clip_range, 0.0, low_open=True)
+        check_float("max_grad_norm", self.max_grad_norm, 0.0, low_open=True)
         for name in ("ent_coef", "vf_coef", "bc_coef"):
-            _check_float(name, getattr(self, name), 0.0)
-        _check_float("log_std_init", self.log_std_init, -20.0, 2.0)
+            check_float(name, getattr(self, name), 0.0)
+        check_float("log_std_init", self.log_std_init, -20.0, 2.0)
         self.critic_hidden = list(self.critic_hidden)
         for w in self.critic_hidden:
-            _check_int("each critic_hidden entry", w, 1)
+            check_int("each critic_hidden entry", w, 1)
         for name in ("critic_state", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -466,19 +446,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
     model = VLAPPO(
         VLAActorCriticPolicy,
         env,
-        learning_rate=cfg.lr,
-        n_steps=cfg.n_steps,
-        batch_size=cfg.batch_size,
-        n_epochs=cfg.n_epochs,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        clip_range=cfg.clip_range,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        max_grad_norm=cfg.max_grad_norm,
-        target_kl=cfg.target_kl,
-        seed=cfg.seed,
-        device=cfg.device,
+        **_ppo_kwargs(cfg),
         bc_coef=cfg.bc_coef,
         critic_warmup_steps=cfg.critic_warmup_steps,
         policy_kwargs={
@@ -496,27 +464,35 @@ def _post_training_run(cfg: RLConfig) -> _Run:
     return _Run(cfg, model, vla_meta=vla_meta, eval_env_kwargs=eval_kwargs, bc_sha256=sha)
 
 
+def _common_kwargs(cfg: RLConfig) -> dict[str, Any]:
+    """SB3 constructor arguments every algorithm takes."""
+    return dict(learning_rate=cfg.lr, batch_size=cfg.batch_size, gamma=cfg.gamma, seed=cfg.seed, device=cfg.device)
+
+
+def _ppo_kwargs(cfg: RLConfig) -> dict[str, Any]:
+    """SB3 PPO constructor arguments (post-training's VLAPPO and the from-scratch baseline alike)."""
+    return _common_kwargs(cfg) | dict(
+        n_steps=cfg.n_steps,
+        n_epochs=cfg.n_epochs,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+    )
+
+
 def _scratch_run(cfg: RLConfig) -> _Run:
     kwargs = {**cfg.env_kwargs, "obs_mode": "state", "reward_mode": cfg.reward}
     factory = functools.partial(make_rl_env, cfg.task, kwargs, cfg.chunk_size, cfg.max_episode_steps)
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
-    common = dict(learning_rate=cfg.lr, batch_size=cfg.batch_size, gamma=cfg.gamma, seed=cfg.seed, device=cfg.device)
     if cfg.algo == "sac":
-        model = SAC("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, **common)
-    else:
-        model = PPO(
-            "MlpPolicy",
-            env,
-            n_steps=cfg.n_steps,
-            n_epochs=cfg.n_epochs,
-            gae_lambda=cfg.gae_lambda,
-            clip_range=cfg.clip_range,
-            ent_coef=cfg.ent_coef,
-            vf_coef=cfg.vf_coef,
-            max_grad_norm=cfg.max_grad_norm,
-            target_kl=cfg.target_kl,
-            **common,
+        model = SAC(
+            "MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, **_common_kwargs(cfg)
         )
+    else:
+        model = PPO("MlpPolicy", env, **_ppo_kwargs(cfg))
     return _Run(cfg, model, eval_env_kwargs={**cfg.env_kwargs, "obs_mode": "state"})
 
 

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from vlagym.checks import check_float, check_int
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.policies.config import VLAConfig
@@ -59,21 +60,6 @@ LAST_NAME = "last.json"
 
 
 # ---------------------------------------------------------------------------- config
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_float(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(
-            f"{name} must be a finite number {bound}{'' if high == math.inf else f' and <= {high}'}, got {value!r}"
-        )
-
-
 @dataclass
 class BCConfig:
     """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
@@ -153,11 +139,11 @@ class BCConfig:
             ("checkpoint_every", 0),
             ("log_every", 1),
         ):
-            _check_int(name, getattr(self, name), low)
-        _check_float("lr", self.lr, 0.0, low_open=True)
-        _check_float("weight_decay", self.weight_decay, 0.0)
-        _check_float("grad_clip", self.grad_clip, 0.0)
-        _check_float("ema", self.ema, 0.0, 1.0)
+            check_int(name, getattr(self, name), low)
+        check_float("lr", self.lr, 0.0, low_open=True)
+        check_float("weight_decay", self.weight_decay, 0.0)
+        check_float("grad_clip", self.grad_clip, 0.0)
+        check_float("ema", self.ema, 0.0, 1.0)
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         if self.device not in DEVICES:
