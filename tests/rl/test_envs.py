@@ -49,6 +49,20 @@ def test_normalized_chunk_action_maps_and_clips():
     np.testing.assert_allclose(inner.actions[2], [1.0, -1.0])  # clipped to the env's bounds
 
 
+def test_normalized_chunk_action_binary_gripper_snaps_the_last_entry_like_select_action():
+    inner = _Recorder()
+    env = NormalizedChunkAction(ActionChunking(inner, 3), offset=[0.0, 0.1], scale=[1.0, 0.5], binary_gripper=True)
+    env.reset(seed=0)
+    # gripper in env units: 0.1 + 0.5 * (-0.4, -0.1, 0.7) = (-0.1, 0.05, 0.45) -> (-1, +1, +1); arm entries untouched
+    env.step(np.array([0.3, -0.4, -0.2, -0.1, 0.1, 0.7], np.float32))
+    np.testing.assert_allclose(np.array(inner.actions), [[0.3, -1.0], [-0.2, 1.0], [0.1, 1.0]], atol=1e-6)
+
+
+def test_binary_gripper_needs_normalised_actions():
+    with pytest.raises(ValueError, match="binary_gripper"):
+        make_rl_env(TASK, {"obs_mode": "state"}, chunk_size=2, binary_gripper=True)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

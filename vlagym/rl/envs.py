@@ -4,7 +4,8 @@ SB3 takes neither `Text` spaces nor nested `Dict`s. `make_rl_env` builds, per su
 
     gym.make(task)  (its TimeLimit inside)
     -> ActionChunking(K)           one RL step = K control steps; truncation passes through
-    -> NormalizedChunkAction       flat (K*A,) normalised chunk -> (K, A) env units, clipped to [-1, 1]
+    -> NormalizedChunkAction       flat (K*A,) normalised chunk -> (K, A) env units, clipped to the bounds;
+                                   with `binary_gripper` the gripper entry is snapped to +-1, as `vlagym eval`
     -> LanguageTokens              instruction text -> (max_tokens,) token ids      (image observations only)
     -> SB3Observation              {"image_<cam>": HxWx3 uint8, "proprio", "instruction", ["state"]}
     -> Monitor                     episode return/length for SB3's logs (chunk-level length)
@@ -37,10 +38,22 @@ class NormalizedChunkAction(gym.ActionWrapper):
     ``env action = clip(action * scale + offset, low, high)`` per action dimension, the map `VLAPolicy` applies
     to its head's output (its ``action_scale``/``action_offset`` buffers). `action_space` is the normalised image
     of the env's bounds, so an agent clipping to it (SB3 does) never asks for more than the env allows.
+
+    With `binary_gripper` the last action entry (the gripper) is then snapped to +1 where it is >= 0 and to -1
+    elsewhere: the decode `VLAPolicy.select_action` applies when the checkpoint's `binary_gripper` is on, so RL
+    trains the policy that `vlagym eval` will run. The Gaussian's likelihood stays that of the raw sample; the
+    snap is part of the environment as the agent sees it.
     """
 
-    def __init__(self, env: gym.Env, offset: Sequence[float] | np.ndarray, scale: Sequence[float] | np.ndarray):
+    def __init__(
+        self,
+        env: gym.Env,
+        offset: Sequence[float] | np.ndarray,
+        scale: Sequence[float] | np.ndarray,
+        binary_gripper: bool = False,
+    ):
         super().__init__(env)
+        self.binary_gripper = bool(binary_gripper)
         space = env.action_space
         if not isinstance(space, spaces.Box) or len(space.shape) != 2:
             raise TypeError(f"NormalizedChunkAction needs a (K, A) Box action space (ActionChunking), got {space}")
@@ -64,6 +77,8 @@ class NormalizedChunkAction(gym.ActionWrapper):
             raise ValueError(f"action must have shape {self.action_space.shape} (flat chunk), got {flat.shape}")
         space = self.env.action_space
         chunk = flat.reshape(space.shape) * self.scale + self.offset
+        if self.binary_gripper:
+            chunk[:, -1] = np.where(chunk[:, -1] >= 0, 1.0, -1.0)
         return np.clip(chunk, space.low, space.high).astype(space.dtype)
 
 
@@ -117,9 +132,13 @@ def make_rl_env(
     action_scale: Sequence[float] | np.ndarray | None = None,
     tokenizer: Tokenizer | None = None,
     max_tokens: int = 16,
+    binary_gripper: bool = False,
 ) -> gym.Env:
     """One sub-env of training (see the module docstring). Without `action_offset`/`action_scale` the actions
-    are the env's own (flattened chunk); image observations need a `tokenizer`."""
+    are the env's own (flattened chunk); image observations need a `tokenizer`. `binary_gripper` snaps the
+    gripper entry of normalised chunks to +-1 (`NormalizedChunkAction`)."""
+    if binary_gripper and action_offset is None and action_scale is None:
+        raise ValueError("binary_gripper applies to normalised chunk actions: give action_offset/action_scale")
     kwargs = dict(env_kwargs)
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
@@ -131,7 +150,7 @@ def make_rl_env(
         a = env.action_space.shape[1]
         offset = np.zeros(a) if action_offset is None else action_offset
         scale = np.ones(a) if action_scale is None else action_scale
-        env = NormalizedChunkAction(env, offset, scale)
+        env = NormalizedChunkAction(env, offset, scale, binary_gripper)
     if isinstance(env.observation_space, spaces.Dict):
         if tokenizer is None:
             raise ValueError("image observations need a tokenizer to turn the instruction into token ids")

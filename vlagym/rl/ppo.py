@@ -440,6 +440,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
         bc.action_scale.numpy().copy(),
         bc.tokenizer,
         pc.max_tokens,
+        pc.binary_gripper,  # act as `vlagym eval` will: the same gripper decode
     )
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
     vla_meta = {k: meta[k] for k in META_KEYS}
