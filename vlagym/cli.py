@@ -609,6 +609,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | BenchCompareConfig:
             demos=args.demos,
             policy=args.policy,
             pin=not args.no_pin,
+            repeats=args.repeats,
         )
     except bench.BenchError as e:
         raise UserError(str(e)) from e
@@ -899,6 +900,13 @@ def _add_bench_parser(sub) -> None:
     p.add_argument("--demos", help="dataset/bc/ppo: a demo file instead of the synthetic one")
     p.add_argument("--policy", help="latency: a checkpoint folder instead of untrained policies of both heads")
     p.add_argument("--no-pin", action="store_true", help="env/render: do not pin the process to one core")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="interleaved passes per measurement, tables show the median (default: 3, 1 with --quick; "
+        "latency always times its many calls once)",
+    )
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two saved runs instead of running")
 
 

@@ -69,10 +69,14 @@ def test_initial_mean_is_the_bc_chunk(bc_checkpoint, tmp_path):
     unnormalised = (mean * policy.vla.action_scale + policy.vla.action_offset).numpy()
     np.testing.assert_allclose(unnormalised, expected, atol=1e-5)
 
-    # SB3's deterministic action, mapped to the env by the wrapper, is the BC chunk clipped to [-1, 1].
+    # SB3's deterministic action, mapped to the env by the wrapper, is what `vlagym eval` executes: the BC chunk
+    # clipped to [-1, 1], with the gripper snapped to +-1 (the checkpoint's binary_gripper, on by default).
+    assert policy.vla.config.binary_gripper
     actions, _ = model.predict(obs, deterministic=True)
     executed = _chunk_wrapper(run).action(actions[0])
-    np.testing.assert_allclose(executed, np.clip(expected[0], -1, 1), atol=1e-5)
+    decoded = np.clip(expected[0], -1, 1)
+    decoded[:, -1] = np.where(expected[0][:, -1] >= 0, 1.0, -1.0)
+    np.testing.assert_allclose(executed, decoded, atol=1e-5)
     assert torch.all(policy.log_std == -2.0)
     model.env.close()
 

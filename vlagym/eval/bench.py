@@ -13,6 +13,12 @@ Sections, each a function ``(cfg, work) -> Table`` of rows:
     ppo      PPO env steps/s of `train_rl` (rollout only, and rollout + update), from scratch on state
              (SB3's MlpPolicy) and post-training the VLA on rgb
 
+Every rate of the env, render, vector, dataset, bc and ppo tables is the median of `repeats` passes, run
+interleaved: pass 1 of every measurement of a table (of the env table: of one task's columns, task after
+task), then pass 2 of every one, and so on, so that slow drifts of the machine's speed hit all of them alike;
+ratios between rows are taken within each pass, then their median. Every pass's value stays in the row's
+`samples` (metric -> values in pass order). Latency reports p50/p99 over its many calls instead.
+
 The dataset, bc and ppo sections share one demo file (synthetic, in the real layout, unless `demos` names
 one) and one BC checkpoint (the bc section's), in a temporary folder removed at the end.
 
@@ -26,17 +32,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import h5py
@@ -49,6 +56,7 @@ from vlagym.io import atomic_write_json
 from vlagym.train import layout
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FORMAT = "vlagym-bench"
 FORMAT_VERSION = 1
@@ -68,26 +76,28 @@ class BenchError(ValueError):
 class Budget:
     """How much each section measures."""
 
+    repeats: int
+    """interleaved passes per measurement: the default of `BenchConfig.repeats`"""
     env_steps: int
-    """state-mode env steps per task (split into `env_rounds` rounds); rgb gets a quarter"""
+    """state-mode env steps per task and pass (split into `env_rounds` rounds); rgb gets a quarter"""
     env_rounds: int
-    """rounds alternating the env and its raw-physics replay (the ratio is their median)"""
-    render_repeats: int
-    """camera images per render setting"""
+    """rounds per pass alternating the env and its raw-physics replay (the pass's ratio is their median)"""
+    render_images: int
+    """camera images per render setting and pass"""
     vector_steps: int
-    """vector steps per vector-env configuration (the first 10, or half, are warm-up)"""
+    """vector steps per vector-env configuration and pass (the first 10, or half, are warm-up)"""
     demo_episodes: int
     """synthetic demo file: episodes"""
     demo_steps: int
     """synthetic demo file: steps per episode"""
     dataset_epochs: int
-    """epochs read per DataLoader measurement"""
+    """epochs read per DataLoader measurement and pass"""
     dataset_workers: tuple[int, ...]
     """DataLoader worker counts, one row each"""
     batch_size: int
     """dataset and BC batch size"""
     bc_steps: int
-    """BC optimiser steps"""
+    """BC optimiser steps per pass (each pass trains anew)"""
     latency_calls: int
     """timed `select_action` calls per row"""
     ppo_envs: int
@@ -99,9 +109,10 @@ class Budget:
 
 
 FULL = Budget(
+    repeats=3,
     env_steps=2000,
     env_rounds=5,
-    render_repeats=200,
+    render_images=200,
     vector_steps=600,
     demo_episodes=50,
     demo_steps=40,
@@ -115,9 +126,10 @@ FULL = Budget(
     ppo_iterations=4,
 )
 QUICK = Budget(
+    repeats=1,
     env_steps=40,
     env_rounds=2,
-    render_repeats=4,
+    render_images=4,
     vector_steps=12,
     demo_episodes=3,
     demo_steps=12,
@@ -163,8 +175,13 @@ class BenchConfig:
     """latency: a checkpoint folder instead of freshly initialised policies of both heads"""
     pin: bool = True
     """env and render sections: pin the process to one core (restored afterwards)"""
+    repeats: int | None = None
+    """interleaved passes per measurement, each table cell their median (latency excepted); None: 3, or 1
+    with `quick`"""
 
     def __post_init__(self) -> None:
+        if self.repeats is None:
+            self.repeats = self.budget.repeats
         self.sections = list(self.sections)
         unknown = [s for s in self.sections if s not in SECTIONS]
         if unknown or not self.sections:
@@ -174,7 +191,7 @@ class BenchConfig:
             bad = [t for t in self.tasks if t not in vlagym.TASKS] or ([] if self.tasks else ["(none given)"])
             if bad:
                 raise BenchError(f"unknown tasks {bad}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
-        for name, low in (("threads", 1), ("image_size", 16)):
+        for name, low in (("threads", 1), ("image_size", 16), ("repeats", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BenchError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -222,6 +239,46 @@ class Table:
         return dataclasses.asdict(self)
 
 
+# ---------------------------------------------------------------------------- repeated passes
+def interleaved(measures: dict[str, Callable[[], T]], repeats: int, section: str = "") -> dict[str, list[T]]:
+    """Pass 1 of every measurement (in the dict's order), then pass 2 of every one, ...; each one's results
+    in pass order.
+
+    A slow drift of the machine's speed (a background job, throttling) then hits every measurement alike,
+    instead of whichever ran last, and ratios between them taken within a pass stay fair.
+    """
+    samples: dict[str, list[T]] = {name: [] for name in measures}
+    for p in range(repeats):
+        for name, measure in measures.items():
+            logger.info("%s: %s, pass %d/%d", section, name, p + 1, repeats)
+            samples[name].append(measure())
+    return samples
+
+
+def transpose(passes: Sequence[dict[str, T]]) -> dict[str, list[T]]:
+    """Per-pass dicts of metrics -> metric: the values in pass order."""
+    return {k: [d[k] for d in passes] for k in passes[0]}
+
+
+def ratios(values: Sequence[float], bases: Sequence[float]) -> list[float]:
+    """Pass by pass `value / base` (the same pass's, so a drift between passes cancels)."""
+    return [v / b if b else math.nan for v, b in zip(values, bases, strict=True)]
+
+
+def summarise(samples: dict[str, Sequence[float]]) -> dict[str, Any]:
+    """Row cells: per metric the median of its passes, and every pass's value under "samples"."""
+    row: dict[str, Any] = {k: float(np.median(v)) for k, v in samples.items()}
+    row["samples"] = {k: [float(x) for x in v] for k, v in samples.items()}
+    return row
+
+
+def passes_note(repeats: int) -> str:
+    """The footnote saying what a cell of a repeated table is."""
+    if repeats == 1:
+        return "a single pass per cell (--repeats 1)"
+    return f"median of {repeats} interleaved passes (ratios: median of each pass's ratio)"
+
+
 class _Work:
     """What the sections share: a scratch folder, the demo file and the BC checkpoint (each made once)."""
 
@@ -246,9 +303,13 @@ class _Work:
 
     def bc_checkpoint(self) -> Path:
         if self.checkpoint is None:
-            bench_bc(self.cfg, self)
+            bc_pass(self.cfg, self)  # sets it
         assert self.checkpoint is not None
         return self.checkpoint
+
+    def new_folder(self, prefix: str) -> Path:
+        """A fresh scratch folder (one per training pass)."""
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}_", dir=self.folder))
 
 
 # ---------------------------------------------------------------------------- env and render
@@ -323,50 +384,58 @@ def raw_physics_time(env: gym.Env, episodes: list[dict[str, Any]]) -> tuple[floa
     return total, identical
 
 
-def bench_task(task: str, steps: int, rounds: int, image_size: int) -> dict[str, Any]:
-    """State and rgb rates, the physics limit and reset time of one task.
+def state_pass(env: gym.Env, steps: int, rounds: int) -> dict[str, Any]:
+    """One pass of a state env: `rounds` blocks of `steps` env steps, each followed by its raw-physics replay.
 
-    The env's steps and their raw-physics replay alternate in `rounds` blocks, so that drifts of the
-    machine's speed hit both sides alike; the ratio is the median over the blocks.
+    Alternating in blocks makes drifts of the machine's speed hit both sides alike; the env / physics ratio
+    is the median over the blocks. Every block replays the same seeds in every pass: passes do equal work.
     """
-    env = gym.make(task, obs_mode="state")
     step_total = raw_total = reset_total = 0.0
-    ratios, identical = [], True
-    per_round = max(steps // rounds, 10)
-    try:
-        for r in range(rounds):
-            step_s, episodes, reset_s = rollout_with_log(env, per_round, seed=1000 * r)
-            raw_s, same = raw_physics_time(env, episodes)
-            step_total, raw_total, reset_total = step_total + step_s, raw_total + raw_s, reset_total + reset_s
-            ratios.append(step_s / raw_s)
-            identical &= same
-    finally:
-        env.close()
-    rgb = gym.make(task, obs_mode="rgb", image_size=image_size, cameras=CAMERAS)
-    rgb_steps = max(steps // 4, 10)
-    try:
-        rgb_step_s, _, rgb_reset_s = rollout_with_log(rgb, rgb_steps, seed=0)
-    finally:
-        rgb.close()
+    block_ratios, identical = [], True
+    for r in range(rounds):
+        step_s, episodes, reset_s = rollout_with_log(env, steps, seed=1000 * r)
+        raw_s, same = raw_physics_time(env, episodes)
+        step_total, raw_total, reset_total = step_total + step_s, raw_total + raw_s, reset_total + reset_s
+        block_ratios.append(step_s / raw_s)
+        identical &= same
     return {
-        "task": task,
-        "state_steps_per_s": per_round * rounds / step_total,
-        "raw_physics_steps_per_s": per_round * rounds / raw_total,
-        "env_over_physics": float(np.median(ratios)),
-        "replay_identical": identical,
-        "rgb_steps_per_s": rgb_steps / rgb_step_s,
+        "state_steps_per_s": steps * rounds / step_total,
+        "raw_physics_steps_per_s": steps * rounds / raw_total,
+        "env_over_physics": float(np.median(block_ratios)),
         "reset_state_ms": reset_total / rounds * 1e3,
-        "reset_rgb_ms": rgb_reset_s * 1e3,
+        "replay_identical": identical,
     }
+
+
+def rgb_pass(env: gym.Env, steps: int) -> dict[str, float]:
+    """One pass of an rgb env: steps/s and reset time."""
+    step_s, _, reset_s = rollout_with_log(env, steps, seed=0)
+    return {"rgb_steps_per_s": steps / step_s, "reset_rgb_ms": reset_s * 1e3}
+
+
+def bench_task(task: str, steps: int, rounds: int, image_size: int, repeats: int = 1) -> dict[str, Any]:
+    """State and rgb rates, the physics limit and reset times of one task: medians of `repeats` interleaved
+    passes (a state pass, then an rgb pass, then the next state pass, ...)."""
+    per_round, rgb_steps = max(steps // rounds, 10), max(steps // 4, 10)
+    with contextlib.ExitStack() as stack:
+        state = gym.make(task, obs_mode="state")
+        stack.callback(state.close)
+        rgb = gym.make(task, obs_mode="rgb", image_size=image_size, cameras=CAMERAS)
+        stack.callback(rgb.close)
+        samples = interleaved(
+            {"state": lambda: state_pass(state, per_round, rounds), "rgb": lambda: rgb_pass(rgb, rgb_steps)},
+            repeats,
+            f"env {task}",
+        )
+    metrics = {**transpose(samples["state"]), **transpose(samples["rgb"])}
+    identical = all(metrics.pop("replay_identical"))
+    return {"task": task, "replay_identical": identical, **summarise(metrics)}
 
 
 def bench_env(cfg: BenchConfig, work: _Work) -> Table:
     b = cfg.budget
     with pinned_to_one_core(cfg.pin) as pinning:
-        rows = []
-        for task in cfg.task_list:
-            logger.info("env: %s", task)
-            rows.append(bench_task(task, b.env_steps, b.env_rounds, cfg.image_size))
+        rows = [bench_task(task, b.env_steps, b.env_rounds, cfg.image_size, cfg.repeats) for task in cfg.task_list]
     return Table(
         "env",
         "Env steps/s per task beside the raw physics limit",
@@ -375,7 +444,7 @@ def bench_env(cfg: BenchConfig, work: _Work) -> Table:
             "task": "task",
             "state_steps_per_s": "state steps/s",
             "raw_physics_steps_per_s": "raw mj_step steps/s",
-            "env_over_physics": f"env / physics time (median of {b.env_rounds})",
+            "env_over_physics": f"env / physics time (median of {b.env_rounds} rounds)",
             "replay_identical": "replay identical",
             "rgb_steps_per_s": "rgb steps/s",
             "reset_state_ms": "reset ms (state)",
@@ -385,6 +454,7 @@ def bench_env(cfg: BenchConfig, work: _Work) -> Table:
         [
             f"{pinning}; rgb: front + wrist cameras at {cfg.image_size}x{cfg.image_size}, random actions",
             "raw mj_step: the same models, substeps, controls and start states, replayed with mujoco.mj_step alone",
+            passes_note(cfg.repeats),
         ],
     )
 
@@ -408,7 +478,7 @@ RENDER_ABLATION: dict[str, dict[str, Any]] = {
 _QUALITY = ("shadowsize", "offsamples", "numslices", "numstacks")
 
 
-def render_cost(env: gym.Env, size: int, repeats: int, **changes: Any) -> float:
+def render_cost(env: gym.Env, size: int, images: int, **changes: Any) -> float:
     """Microseconds per camera image with some visual settings changed (restored afterwards)."""
     u = env.unwrapped
     m = u.model
@@ -428,10 +498,10 @@ def render_cost(env: gym.Env, size: int, repeats: int, **changes: Any) -> float:
                 renderer.update_scene(u.data, camera="front")
                 renderer.render()
             t = time.perf_counter()
-            for i in range(repeats):
+            for i in range(images):
                 renderer.update_scene(u.data, camera=CAMERAS[i % 2])
                 renderer.render()
-            return (time.perf_counter() - t) / repeats * 1e6
+            return (time.perf_counter() - t) / images * 1e6
         finally:
             renderer.close()
     finally:
@@ -447,20 +517,27 @@ def bench_render(cfg: BenchConfig, work: _Work) -> Table:
     try:
         env.reset(seed=0)
         with pinned_to_one_core(cfg.pin) as pinning:
-            costs = {
-                name: render_cost(env, size, cfg.budget.render_repeats, **ch) for name, ch in RENDER_ABLATION.items()
-            }
+            costs = interleaved(
+                {
+                    name: functools.partial(render_cost, env, size, cfg.budget.render_images, **changes)
+                    for name, changes in RENDER_ABLATION.items()
+                },
+                cfg.repeats,
+                "render",
+            )
     finally:
         env.close()
     base = costs["vlagym scene settings"]
-    rows = [{"setting": name, "us_per_image": us, "x_vlagym": us / base} for name, us in costs.items()]
+    rows = [
+        {"setting": name, **summarise({"us_per_image": us, "x_vlagym": ratios(us, base)})} for name, us in costs.items()
+    ]
     return Table(
         "render",
         f"What MuJoCo's default visual settings would cost per {size}x{size} image ({task})",
         ["setting"],
         {"setting": "render setting", "us_per_image": "us per image", "x_vlagym": "x vlagym"},
         rows,
-        [pinning],
+        [f"{pinning}; {cfg.budget.render_images} images per setting and pass", passes_note(cfg.repeats)],
     )
 
 
@@ -489,21 +566,34 @@ def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs
 def bench_vector(cfg: BenchConfig, work: _Work) -> Table:
     task = cfg.task_list[0]
     obs_modes = {"state": {"obs_mode": "state"}, "rgb": {"obs_mode": "rgb", "image_size": cfg.image_size}}
+
+    def label(obs: str, mode: str, n: int) -> str:
+        return f"{obs} {mode} x{n}"
+
+    rates = interleaved(
+        {
+            label(obs, mode, n): functools.partial(vector_steps_per_s, task, mode, n, cfg.budget.vector_steps, **kw)
+            for obs, kw in obs_modes.items()
+            for mode, n in VECTOR_CONFIGS
+        },
+        cfg.repeats,
+        "vector",
+    )
     rows = []
-    for obs, kwargs in obs_modes.items():
-        base = None
+    for obs in obs_modes:
+        base = rates[label(obs, *VECTOR_CONFIGS[0])]
         for mode, n in VECTOR_CONFIGS:
-            logger.info("vector: %s %s x%d", obs, mode, n)
-            rate = vector_steps_per_s(task, mode, n, cfg.budget.vector_steps, **kwargs)
-            base = base or rate
-            rows.append({"obs": obs, "mode": mode, "num_envs": n, "steps_per_s": rate, "x_sync_1": rate / base})
+            r = rates[label(obs, mode, n)]
+            rows.append(
+                {"obs": obs, "mode": mode, "num_envs": n, **summarise({"steps_per_s": r, "x_sync_1": ratios(r, base)})}
+            )
     return Table(
         "vector",
         f"Vector-env scaling ({task}, env steps/s of all sub-envs together)",
         ["obs", "mode", "num_envs"],
         {"obs": "obs", "mode": "mode", "num_envs": "sub-envs", "steps_per_s": "steps/s", "x_sync_1": "x sync x1"},
         rows,
-        [f"{os.cpu_count()} CPUs; random actions; rgb at {cfg.image_size} px"],
+        [f"{os.cpu_count()} CPUs; random actions; rgb at {cfg.image_size} px", passes_note(cfg.repeats)],
     )
 
 
@@ -610,15 +700,29 @@ def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
     chunk = _policy_config(cfg, "l1").chunk_size
     plain = DemoDataset(path, chunk_size=chunk)
     augmented = DemoDataset(path, chunk_size=chunk, augment=ImageAugment())
+    datasets = {"plain": plain, "augmented": augmented}
+    rates = interleaved(
+        {
+            f"{name}, {workers} workers": functools.partial(
+                loader_samples_per_s, data, workers, b.batch_size, b.dataset_epochs
+            )
+            for workers in b.dataset_workers
+            for name, data in datasets.items()
+        },
+        cfg.repeats,
+        "dataset",
+    )
+    first = b.dataset_workers[0]
     rows: list[dict[str, Any]] = []
     for workers in b.dataset_workers:
-        logger.info("dataset: %d workers", workers)
-        p = loader_samples_per_s(plain, workers, b.batch_size, b.dataset_epochs)
-        a = loader_samples_per_s(augmented, workers, b.batch_size, b.dataset_epochs)
-        rows.append({"num_workers": workers, "samples_per_s": p, "augmented_samples_per_s": a})
-    for row in rows:
-        row["x_first"] = row["samples_per_s"] / rows[0]["samples_per_s"]
-        row["augmented_x_first"] = row["augmented_samples_per_s"] / rows[0]["augmented_samples_per_s"]
+        p, a = rates[f"plain, {workers} workers"], rates[f"augmented, {workers} workers"]
+        metrics = {
+            "samples_per_s": p,
+            "x_first": ratios(p, rates[f"plain, {first} workers"]),
+            "augmented_samples_per_s": a,
+            "augmented_x_first": ratios(a, rates[f"augmented, {first} workers"]),
+        }
+        rows.append({"num_workers": workers, **summarise(metrics)})
     source = "synthetic" if cfg.demos is None else Path(cfg.demos).name
     return Table(
         "dataset",
@@ -634,7 +738,8 @@ def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
         rows,
         [
             f"{source} demo file: {len(plain)} samples in {plain.num_episodes} episodes; batch {b.batch_size}, "
-            f"chunks of {chunk} actions, {b.dataset_epochs} shuffled epoch(s) per row, worker start-up included"
+            f"chunks of {chunk} actions, {b.dataset_epochs} shuffled epoch(s) per row, worker start-up included",
+            passes_note(cfg.repeats),
         ],
     )
 
@@ -667,11 +772,13 @@ def steady_rate(points: list[tuple[int, float]], per_step: int) -> float:
     return (k1 - k0) * per_step / (k1 * per_step / r1 - k0 * per_step / r0)
 
 
-def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
+def bc_pass(cfg: BenchConfig, work: _Work) -> dict[str, float]:
+    """One `train_bc` run from scratch in a fresh folder: its rates and wall time. The first run's final
+    checkpoint becomes `work.checkpoint` (latency and ppo use it)."""
     from vlagym.train.bc import BCConfig, train_bc
 
     b = cfg.budget
-    out = work.folder / "bc"
+    out = work.new_folder("bc")
     bc = BCConfig(
         dataset=[str(work.demo_file())],
         out=str(out),
@@ -687,17 +794,21 @@ def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
     start = time.perf_counter()
     result = train_bc(bc)
     wall = time.perf_counter() - start
-    work.checkpoint = Path(result["checkpoint"])
+    work.checkpoint = work.checkpoint or Path(result["checkpoint"])
     points = read_scalars(out / "tb")["train/samples_per_s"]
-    params = sum(p.numel() for p in result["policy"].parameters())
-    row = {
-        "device": cfg.device,
-        "head": bc.policy.head,
-        "params": params,
+    return {
+        "params": sum(p.numel() for p in result["policy"].parameters()),
         "samples_per_s": steady_rate(points, b.batch_size),
         "samples_per_s_from_start": points[-1][1],
         "wall_s": wall,
     }
+
+
+def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
+    b = cfg.budget
+    head = _policy_config(cfg, "l1").head
+    metrics = transpose(interleaved({head: lambda: bc_pass(cfg, work)}, cfg.repeats, "bc")[head])
+    row = {"device": cfg.device, "head": head, "params": metrics.pop("params")[0], **summarise(metrics)}
     return Table(
         "bc",
         "BC training samples/s (train_bc)",
@@ -713,7 +824,8 @@ def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
         [row],
         [
             f"{b.bc_steps} steps of batch {b.batch_size}, {cfg.image_size} px, ImageAugment on, 0 DataLoader "
-            f"workers, {cfg.threads} torch thread(s); samples/s between the first and the last logged step"
+            f"workers, {cfg.threads} torch thread(s); samples/s between the first and the last logged step",
+            passes_note(cfg.repeats) + ", each training anew",
         ],
     )
 
@@ -827,18 +939,16 @@ def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
         "from scratch, MlpPolicy, state": lambda out: RLConfig(from_scratch=True, task=task, out=out, **sizes),
         "post-training the VLA, rgb": lambda out: RLConfig(policy=str(work.bc_checkpoint()), out=out, **sizes),
     }
+
+    def one_run(make: Callable[[str], Any]) -> dict[str, float]:
+        rl = make(str(work.new_folder("ppo")))
+        return {"env_steps": train_rl(rl)["env_steps"], **ppo_rates(Path(rl.out) / "tb")}
+
+    samples = interleaved({label: functools.partial(one_run, make) for label, make in runs.items()}, cfg.repeats, "ppo")
     rows = []
-    for i, (label, make) in enumerate(runs.items()):
-        rl = make(str(work.folder / f"ppo_{i}"))
-        logger.info("ppo: %s", label)
-        result = train_rl(rl)
-        rows.append(
-            {
-                "run": label,
-                "env_steps": result["env_steps"],
-                **ppo_rates(Path(rl.out) / "tb"),
-            }
-        )
+    for label, passes in samples.items():
+        metrics = transpose(passes)
+        rows.append({"run": label, "env_steps": metrics.pop("env_steps")[0], **summarise(metrics)})
     return Table(
         "ppo",
         f"PPO env steps/s (train_rl on {task})",
@@ -853,7 +963,8 @@ def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
         [
             f"{b.ppo_envs} sync sub-env(s), {b.ppo_n_steps} RL steps each per rollout, {b.ppo_iterations} "
             f"iterations, {sizes['n_epochs']} epoch(s) per update, on {cfg.device}; post-training executes a "
-            "chunk of actions per RL step (env steps count actions)"
+            "chunk of actions per RL step (env steps count actions)",
+            passes_note(cfg.repeats) + ", each training anew",
         ],
     )
 
@@ -974,9 +1085,20 @@ def _direction(metric: str) -> int:
     return 0
 
 
+def spread(row: dict[str, Any], metric: str) -> float | None:
+    """(max - min) / median of a metric's passes; None for a single pass or a run saved before passes were
+    recorded."""
+    values = row.get("samples", {}).get(metric)
+    if not values or len(values) < 2:
+        return None
+    median = float(np.median(values))
+    return (max(values) - min(values)) / median if median else None
+
+
 def compare_runs(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows present in both runs, paired by section and key columns: every numeric metric's old, new,
-    new / old, and `speedup` (new / old for rates, old / new for times, None for other numbers)."""
+    new / old, `speedup` (new / old for rates, old / new for times, None for other numbers), and each run's
+    `spread` over its passes (None where it has one pass, or was saved without them)."""
     out = []
     for name, a in old["sections"].items():
         b = new["sections"].get(name)
@@ -1005,6 +1127,8 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any
                         "new": v_new,
                         "ratio": ratio,
                         "speedup": speedup,
+                        "old_spread": spread(row, metric),
+                        "new_spread": spread(other, metric),
                     }
                 )
     return out
@@ -1036,10 +1160,10 @@ def fingerprint_differences(old: dict[str, Any], new: dict[str, Any]) -> list[st
         if fa["versions"].get(k) != fb["versions"].get(k)
     ]
     diffs += [f"{k} {fa.get(k)!r} -> {fb.get(k)!r}" for k in ("cpu", "cpu_count", "gpu") if fa.get(k) != fb.get(k)]
-    ca, cb = old["config"], new["config"]
+    ca, cb = {"repeats": 1, **old["config"]}, {"repeats": 1, **new["config"]}  # runs before --repeats: 1 pass
     diffs += [
         f"{k} {ca.get(k)!r} -> {cb.get(k)!r}"
-        for k in ("quick", "threads", "image_size", "device", "demos", "policy")
+        for k in ("quick", "repeats", "threads", "image_size", "device", "demos", "policy")
         if ca.get(k) != cb.get(k)
     ]
     return diffs
@@ -1048,16 +1172,24 @@ def fingerprint_differences(old: dict[str, Any], new: dict[str, Any]) -> list[st
 def format_comparison(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The Markdown comparison of two runs: one line per paired metric, then what differs between the runs."""
     lines = [
-        "| section | row | metric | old | new | new / old | speedup |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| section | row | metric | old | new | new / old | speedup | spread old / new |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
     for r in compare_runs(old, new):
         speedup = "" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         lines.append(
             f"| {r['section']} | {r['row']} | {r['metric']} | {_cell(float(r['old']))} | {_cell(float(r['new']))} "
-            f"| {r['ratio']:.2f} | {speedup} |"
+            f"| {r['ratio']:.2f} | {speedup} | {pct(r['old_spread'])} / {pct(r['new_spread'])} |"
         )
-    lines += ["", "speedup: new / old for rates, old / new for times (above 1: the new run is faster)."]
+    lines += [
+        "",
+        "speedup: new / old for rates, old / new for times (above 1: the new run is faster); spread: (max - min) "
+        "/ median of a run's passes (-: one pass), a speedup within it is noise.",
+    ]
     notes = unpaired(old, new)
     diffs = fingerprint_differences(old, new)
     if diffs:
