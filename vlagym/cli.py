@@ -12,6 +12,8 @@
                                          a whole benchmark protocol: one results bundle (bundle.json, bundle.md)
     vlagym eval --suite vlagym-pick --policy CKPT --language-controls --videos 3
                                          ... plus correct / empty / swapped instruction runs and failure videos
+    vlagym eval --suite vlagym-10 --policy CKPT --sequential-width 0.2
+                                         ... each task x split stops once its 95% interval is at most 20 points wide
     vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
     vlagym compare A B                   paired comparison of two bundles (McNemar's exact test, verdict)
@@ -63,9 +65,11 @@ from vlagym.eval.suite_run import (
     BUNDLE_MD,
     HEATMAP_PNG,
     METRICS,
+    SEQUENTIAL_MIN_EPISODES,
     SuiteRunConfig,
     check_comparable,
     format_bundle,
+    paired_outcomes,
     read_run,
     run_suite,
     version_differences,
@@ -375,6 +379,8 @@ def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
     given = [name for name, used in fixed.items() if used]
     if given:
         raise UserError(f"--suite fixes the tasks, seeds and env settings; drop {', '.join(given)}")
+    if args.sequential_min_episodes is not None and args.sequential_width is None:
+        raise UserError("--sequential-min-episodes needs --sequential-width W (sequential stopping is off without it)")
     try:
         return SuiteRunConfig(
             suite=args.suite,
@@ -385,6 +391,10 @@ def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
             progress=not args.no_progress,
             language_controls=args.language_controls,
             videos=args.videos,
+            sequential_width=args.sequential_width,
+            sequential_min_episodes=(
+                SEQUENTIAL_MIN_EPISODES if args.sequential_min_episodes is None else args.sequential_min_episodes
+            ),
         )
     except (SuiteError, EvalError) as e:
         raise UserError(str(e)) from e
@@ -396,6 +406,9 @@ def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
         return suite_run_config(args)
     if args.language_controls:
         raise UserError("--language-controls runs with a benchmark protocol: add --suite NAME")
+    if args.sequential_width is not None or args.sequential_min_episodes is not None:
+        flag = "--sequential-width" if args.sequential_width is not None else "--sequential-min-episodes"
+        raise UserError(f"{flag} runs with a benchmark protocol: add --suite NAME")
     d = EvalConfig.__dataclass_fields__
     tasks = [check_task(t) for t in args.tasks or []]
     try:
@@ -557,7 +570,8 @@ def run_compare(cfg: CompareConfig) -> int:
     try:
         a, b = read_run(cfg.a, cfg.metric), read_run(cfg.b, cfg.metric)
         check_comparable(a, b)
-        tests = compare_outcomes(a.outcomes, b.outcomes, cfg.alpha)
+        outcomes_a, outcomes_b, paired_note = paired_outcomes(a, b)
+        tests = compare_outcomes(outcomes_a, outcomes_b, cfg.alpha)
     except PairingError as e:
         raise UserError(str(e)) from e
     notes = version_differences(a, b)
@@ -570,12 +584,15 @@ def run_compare(cfg: CompareConfig) -> int:
             "alpha": cfg.alpha,
             "tests": {task: dataclasses.asdict(t) for task, t in tests.items()},
             "version_differences": notes,
+            "pairing_note": paired_note,
         }
         print(json.dumps(doc, indent=2))
         return EXIT_OK
     print(f"A: {a.path} (policy {a.policy})")
     print(f"B: {b.path} (policy {b.policy})")
     print(f"protocol: {a.protocol}; metric: {cfg.metric}; McNemar's exact test on paired episodes")
+    if paired_note:
+        print(f"note: {paired_note}")
     print()
     print(format_comparison(tests, cfg.alpha))
     if notes:
@@ -1049,6 +1066,21 @@ def _add_eval_parser(sub) -> None:
         "--language-controls",
         action="store_true",
         help="with --suite: also run the seeds with an empty and with a swapped instruction (tasks that support it)",
+    )
+    p.add_argument(
+        "--sequential-width",
+        type=float,
+        default=None,
+        metavar="W",
+        help="with --suite: stop each task x split at the first n (in seed order) whose Wilson 95%% interval is at "
+        "most W wide, e.g. 0.2 (default: every episode)",
+    )
+    p.add_argument(
+        "--sequential-min-episodes",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"with --sequential-width: never stop before M episodes (default: {SEQUENTIAL_MIN_EPISODES})",
     )
     p.add_argument(
         "--vectorization",

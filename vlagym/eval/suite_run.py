@@ -18,12 +18,25 @@ With `language_controls`, each task whose env can swap its target also runs the
 protocol's seeds (train split) with the correct, an empty and a swapped
 instruction; the rates, paired tests and a one-line reading go in the bundle.
 
+Sequential stopping (`sequential_width`): each task x split keeps only the
+first n episodes in seed order, n the first count >= `sequential_min_episodes`
+at which `vlagym.eval.stats.can_stop` holds on those n outcomes (the Wilson 95%
+interval is at most `sequential_width` wide), or all of them if it never holds.
+The rule is checked after every episode of the ordered prefix, never per batch:
+the episodes run in blocks of seeds (at least `num_envs`, and never short of
+the first count at which the rule could hold), and episodes a block ran past n
+are discarded, not counted. So n depends only on the outcomes in seed order, and
+for a policy whose episodes depend only on their seed (the expert; a checkpoint
+run with `num_envs=1`) the cell is exactly the first n episodes of a full run.
+Language controls always run every seed.
+
 Re-running the recorded command on the same machine reproduces every episode's
 outcome: the seeds fix the initial states, the expert is deterministic, and a
 checkpoint's outcomes depend only on its weights and `num_envs` (recorded).
 
 `read_run` loads a bundle (or a plain `vlagym eval` results.json) as outcomes keyed
-by (task, split, seed), which `vlagym.eval.stats.compare_outcomes` pairs.
+by (task, split, seed), which `vlagym.eval.stats.compare_outcomes` pairs
+(`paired_outcomes` first trims cells that sequential stopping left unequal).
 """
 
 from __future__ import annotations
@@ -38,12 +51,15 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+from tqdm.auto import tqdm
 
 import vlagym
 from vlagym.eval.diagnostics import (
@@ -71,7 +87,7 @@ from vlagym.eval.evaluate import (
 )
 from vlagym.eval.report import write_report
 from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
-from vlagym.eval.stats import PairingError, bootstrap_suite_mean
+from vlagym.eval.stats import EpisodeKey, PairingError, bootstrap_suite_mean, can_stop
 from vlagym.eval.suites import SuiteProtocol, get_suite
 from vlagym.io import atomic_write_json, atomic_write_text
 
@@ -87,6 +103,7 @@ RESULTS_JSON = "results.json"
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 METRICS = ("success", "success_at_end")
+SEQUENTIAL_MIN_EPISODES = 20
 
 
 @dataclass
@@ -109,17 +126,44 @@ class SuiteRunConfig:
     """also run the language controls (correct / empty / swapped instruction) where a task supports them"""
     videos: int = 0
     """per task and split, record this many episodes as mp4, taking each outcome in turn (failures first)"""
+    sequential_width: float | None = None
+    """sequential stopping: a task x split stops once its Wilson 95% interval is at most this wide (a fraction,
+    0.2 = 20 points); None runs every episode"""
+    sequential_min_episodes: int = SEQUENTIAL_MIN_EPISODES
+    """sequential stopping: never stop before this many episodes"""
 
     def __post_init__(self) -> None:
-        get_suite(self.suite)  # SuiteError (a ValueError) naming the known suites
+        protocol = get_suite(self.suite)  # SuiteError (a ValueError) naming the known suites
         if self.episodes is not None and self.episodes < 1:
             raise EvalError(f"episodes must be at least 1, got {self.episodes}")
+        self._check_sequential(protocol.episodes if self.episodes is None else self.episodes)
         if self.videos < 0:
             raise EvalError(f"videos must be non-negative, got {self.videos}")
         if self.num_envs < 1:
             raise EvalError(f"num_envs must be at least 1, got {self.num_envs}")
         if self.policy != EXPERT:
             read_checkpoint_config(self.policy)  # EvalError naming what is missing
+
+    def _check_sequential(self, episodes: int) -> None:
+        width, least = self.sequential_width, self.sequential_min_episodes
+        if width is None:
+            if least != SEQUENTIAL_MIN_EPISODES:
+                raise EvalError(
+                    f"sequential_min_episodes (--sequential-min-episodes) is {least} but sequential stopping is off: "
+                    "set sequential_width (--sequential-width) too"
+                )
+            return
+        if not 0 < width <= 1:  # False for NaN too
+            raise EvalError(
+                f"sequential_width (--sequential-width) must be in (0, 1] (a fraction: 0.2 is 20 points), got {width}"
+            )
+        if least < 1:
+            raise EvalError(f"sequential_min_episodes (--sequential-min-episodes) must be at least 1, got {least}")
+        if least > episodes:
+            raise EvalError(
+                f"sequential_min_episodes (--sequential-min-episodes) is {least}, more than the {episodes} episodes "
+                "per task and split: sequential stopping could never apply"
+            )
 
 
 # ---------------------------------------------------------------------------- fingerprint
@@ -228,6 +272,9 @@ def reproduction_command(cfg: SuiteRunConfig) -> str:
         argv.append("--language-controls")
     if cfg.videos:
         argv += ["--videos", str(cfg.videos)]
+    if cfg.sequential_width is not None:  # both, always: a later default must not change what reruns
+        argv += ["--sequential-width", repr(float(cfg.sequential_width))]
+        argv += ["--sequential-min-episodes", str(cfg.sequential_min_episodes)]
     return shlex.join(argv)
 
 
@@ -276,17 +323,107 @@ def _run_cell(
     checkpoint: CheckpointPolicy | None,
     extra_kwargs: dict[str, Any] | None = None,
     reset_options: dict[str, Any] | None = None,
-) -> tuple[list[EpisodeRecord], dict[str, Any]]:
+    sequential: bool = False,
+) -> tuple[list[EpisodeRecord], dict[str, Any], int]:
+    """The records of one cell (every seed, or with `sequential` the stopped prefix), its env kwargs, and the
+    number of episodes simulated (more than the records when a block ran past the stopping point)."""
     kwargs = {**cell_env_kwargs(checkpoint, split), **(extra_kwargs or {})}
     envs = make_rollout_envs(task, cfg.num_envs, "sync", **kwargs)
     try:
         policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
-        records = run_episodes(
-            envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress, reset_options=reset_options
-        )
+        if sequential:
+            records, simulated = _run_sequential(envs, policy, seeds, cfg, reset_options)
+        else:
+            records = run_episodes(
+                envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress, reset_options=reset_options
+            )
+            simulated = len(records)
     finally:
         envs.close()
-    return records, kwargs
+    return records, kwargs, simulated
+
+
+# ---------------------------------------------------------------------------- sequential stopping
+def stopping_index(outcomes: Sequence[bool], target_width: float, min_episodes: int) -> int | None:
+    """The first n at which `can_stop` holds on `outcomes[:n]`, checked after every episode in order; else None."""
+    successes = 0
+    for n, success in enumerate(outcomes, start=1):
+        successes += bool(success)
+        if can_stop(successes, n, target_width, min_episodes):
+            return n
+    return None
+
+
+def earliest_stop(done: int, successes: int, total: int, target_width: float, min_episodes: int) -> int:
+    """The least n > `done` at which the rule could hold, whatever the outcomes after the first `done`; `total` if none.
+
+    For a fixed n the Wilson interval narrows as the rate moves away from 1/2, so the most favourable
+    continuations are all failures or all successes: checking those two is enough.
+    """
+    n = max(done + 1, min_episodes)
+    while n < total and not (
+        can_stop(successes, n, target_width, min_episodes)
+        or can_stop(successes + n - done, n, target_width, min_episodes)
+    ):
+        n += 1
+    return min(n, total)
+
+
+def _run_sequential(
+    envs: gym.vector.VectorEnv,
+    policy: ExpertPolicy | CheckpointPolicy,
+    seeds: list[int],
+    cfg: SuiteRunConfig,
+    reset_options: dict[str, Any] | None = None,
+) -> tuple[list[EpisodeRecord], int]:
+    """Episodes in blocks of seeds (in order) until `stopping_index` finds n; the records of the first n, and how
+    many episodes ran.
+
+    A block spans at least `num_envs` seeds (every sub-env busy) and reaches at least `earliest_stop`, so no block
+    ends where the rule cannot hold yet. Which block the rule holds in never changes n: the rule is checked on
+    every prefix, and the episodes after n are dropped.
+    """
+    width, least = cfg.sequential_width, cfg.sequential_min_episodes
+    if width is None:
+        raise EvalError("sequential stopping needs sequential_width")
+    records: list[EpisodeRecord] = []
+    bar = tqdm(total=len(seeds), desc="episodes (sequential)", unit="ep", disable=not cfg.progress)
+    try:
+        while len(records) < len(seeds):
+            done = len(records)
+            successes = sum(r.success for r in records)
+            end = max(earliest_stop(done, successes, len(seeds), width, least), done + envs.num_envs)
+            block = run_episodes(
+                envs,
+                policy,
+                seeds[done:end],
+                on_episode_start=policy.reset,
+                progress=False,
+                reset_options=reset_options,
+            )
+            records += block
+            bar.update(len(block))
+            n = stopping_index([r.success for r in records], width, least)
+            if n is not None:
+                logger.info("sequential stopping: %d of %d episodes (%d run)", n, len(seeds), len(records))
+                return records[:n], len(records)
+    finally:
+        bar.close()
+    return records, len(records)
+
+
+def sequential_settings(cfg: SuiteRunConfig, episodes: int) -> dict[str, Any] | None:
+    """The bundle's record of the stopping rule; None when every episode runs."""
+    if cfg.sequential_width is None:
+        return None
+    return {
+        "target_width": cfg.sequential_width,
+        "min_episodes": cfg.sequential_min_episodes,
+        "max_episodes": episodes,
+        "rule": "per task x split, keep the first n episodes in seed order, n the first count >= min_episodes whose "
+        "Wilson 95% interval is at most target_width wide (vlagym.eval.stats.can_stop), else all max_episodes; "
+        "episodes run past n are discarded",
+    }
 
 
 def video_seeds(records: list[EpisodeRecord], count: int) -> list[int]:
@@ -332,7 +469,7 @@ def run_language_controls(
         outcomes, episodes = {}, {}
         for control in CONTROLS:
             logger.info("language control %s: %s on %s, %d episodes", control, cfg.policy, task, len(seeds))
-            records, _ = _run_cell(task, CONTROL_SPLIT, seeds, cfg, checkpoint, extra, CONTROL_OPTIONS[control])
+            records, _, _ = _run_cell(task, CONTROL_SPLIT, seeds, cfg, checkpoint, extra, CONTROL_OPTIONS[control])
             outcomes[control] = [r.success for r in records]
             episodes[control] = [
                 {"seed": r.seed, "instruction": r.instruction, "success": r.success, "outcome": r.outcome}
@@ -379,8 +516,19 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
         for split in protocol.splits:
             logger.info("%s: %s on %s / %s, %d episodes", protocol.label, cfg.policy, task, split, len(seeds))
             t_cell = time.perf_counter()
-            records, kwargs = _run_cell(task, split, seeds, cfg, checkpoint)
+            records, kwargs, simulated = _run_cell(
+                task, split, seeds, cfg, checkpoint, sequential=cfg.sequential_width is not None
+            )
             cell = summarize(records)
+            if cfg.sequential_width is not None:
+                cell["sequential"] = {
+                    "stopped_early": len(records) < len(seeds),
+                    "width_reached": can_stop(
+                        cell["successes"], cell["n"], cfg.sequential_width, cfg.sequential_min_episodes
+                    ),
+                    "episodes_simulated": simulated,
+                    "episodes_discarded": simulated - len(records),
+                }
             cell["env_kwargs"] = kwargs
             cell["seconds"] = round(time.perf_counter() - t_cell, 3)
             cell["episodes"] = [episode_dict(r) for r in records]
@@ -400,6 +548,7 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
         "config": dataclasses.asdict(cfg),
         "seeds": {"base_seed": protocol.base_seed, "count": len(seeds), "first": seeds[0], "last": seeds[-1]},
         "chunk_settings": chunk_settings(checkpoint, protocol),
+        "sequential": sequential_settings(cfg, len(seeds)),
         "results": results,
         "suite_average": {metric: suite_average(results, metric) for metric in METRICS},
         "outcome_definitions": "vlagym.eval.diagnostics (module docstring): " + ", ".join(OUTCOMES),
@@ -438,13 +587,16 @@ def format_bundle(bundle: dict[str, Any]) -> str:
     splits = list(protocol["splits"])
     label = f"{protocol['name']} v{protocol['version']}"
     partial = f" (partial: {bundle['episodes']} of {protocol['episodes']})" if bundle["partial"] else ""
+    sequential = bundle.get("sequential")
     lines = [
         f"# {label}: {bundle['policy']}",
         "",
-        f"{bundle['episodes']} episodes per task and split{partial}, seeds {bundle['seeds']['first']}.."
-        f"{bundle['seeds']['last']}; wall clock {bundle['wall_clock_s']:.1f} s.",
+        f"{'Up to ' if sequential else ''}{bundle['episodes']} episodes per task and split{partial}, seeds "
+        f"{bundle['seeds']['first']}..{bundle['seeds']['last']}; wall clock {bundle['wall_clock_s']:.1f} s.",
         f"Reproduce: `{bundle['reproduce']}`",
     ]
+    if sequential:
+        lines.append(_sequential_line(bundle, sequential))
     for metric, title in (("success", "Success (any step), 95% Wilson CI"), ("success_at_end", "Success at end")):
         rate_key = "success_rate" if metric == "success" else "success_at_end_rate"
         lines += ["", f"## {title}", "", "| task | " + " | ".join(splits) + " | mean |"]
@@ -456,6 +608,8 @@ def format_bundle(bundle: dict[str, Any]) -> str:
                 cell = _pct(c[rate_key])
                 if metric == "success":
                     cell += f" [{_pct(c['ci95'][0])}, {_pct(c['ci95'][1])}]"
+                    if sequential:
+                        cell += f" n={c['n']}"
                 cells.append(cell)
             mean = float(np.mean([by_split[s][rate_key] for s in splits]))
             lines.append(f"| {task} | " + " | ".join(cells) + f" | {_pct(mean)} |")
@@ -476,6 +630,19 @@ def format_bundle(bundle: dict[str, Any]) -> str:
         )
         lines += ["", format_controls(bundle["language_controls"])]
     return "\n".join(lines)
+
+
+def _sequential_line(bundle: dict[str, Any], sequential: dict[str, Any]) -> str:
+    cells = [c for by_split in bundle["results"].values() for c in by_split.values()]
+    stopped = sum(bool(c.get("sequential", {}).get("stopped_early")) for c in cells)
+    counted = sum(c["n"] for c in cells)
+    discarded = sum(c.get("sequential", {}).get("episodes_discarded", 0) for c in cells)
+    return (
+        f"Sequential stopping: each task x split stopped at the first n >= {sequential['min_episodes']} episodes "
+        f"whose Wilson 95% interval was at most {_pct(sequential['target_width'])} wide (up to "
+        f"{sequential['max_episodes']}); {stopped} of {len(cells)} cells stopped early, {counted} episodes counted, "
+        f"{discarded} run past a stop and discarded; n per cell in the success table."
+    )
 
 
 def outcome_rows(bundle: dict[str, Any]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[str]]]] | None:
@@ -504,7 +671,9 @@ class Run:
     outcomes: dict[tuple[str, str, int], bool]
     versions: dict[str, Any]
     episodes: int
-    """episodes per task (and split)"""
+    """episodes per task (and split); with sequential stopping the most a cell could have"""
+    sequential: bool = False
+    """cells may hold fewer episodes: the run stopped them early (`SuiteRunConfig.sequential_width`)"""
 
 
 def _split_of(env_kwargs: dict[str, Any]) -> str:
@@ -542,7 +711,8 @@ def read_run(path: str | os.PathLike, metric: str = "success") -> Run:
         }
         label = f"{doc['protocol']['name']} v{doc['protocol']['version']}"
         versions = doc.get("fingerprint", {}).get("versions", {})
-        return Run(str(p), label, str(doc["policy"]), outcomes, versions, int(doc["episodes"]))
+        sequential = bool(doc.get("sequential"))
+        return Run(str(p), label, str(doc["policy"]), outcomes, versions, int(doc["episodes"]), sequential)
     if isinstance(doc.get("tasks"), dict) and "env_kwargs" in doc:
         split = _split_of(doc["env_kwargs"])
         outcomes = {
@@ -556,15 +726,59 @@ def read_run(path: str | os.PathLike, metric: str = "success") -> Run:
 
 
 def check_comparable(a: Run, b: Run) -> None:
-    """`PairingError` unless both runs follow the same protocol (the episodes are checked when pairing)."""
+    """`PairingError` unless both runs follow the same protocol with the same --episodes (the episodes themselves
+    are checked when pairing); with sequential stopping in either run, the episode counts may differ."""
     if a.protocol != b.protocol:
         raise PairingError(
             f"the runs follow different protocols: A is {a.protocol} ({a.path}), B is {b.protocol} ({b.path})"
         )
-    if a.episodes != b.episodes:
+    if a.episodes != b.episodes and not (a.sequential or b.sequential):
         raise PairingError(
             f"A ran {a.episodes} episodes per task and split, B {b.episodes}: compare runs with the same --episodes"
         )
+
+
+def paired_outcomes(a: Run, b: Run) -> tuple[dict[EpisodeKey, bool], dict[EpisodeKey, bool], str | None]:
+    """The outcomes of A and B to pair (`compare_outcomes`), and a note when some episodes were left out.
+
+    Without sequential stopping both runs' outcomes are returned whole: `compare_outcomes` then refuses any
+    episode one run lacks. When either run stopped cells early, each task x split is paired on the seeds both
+    ran, which for two runs of one protocol are the first seeds of the shorter cell; the longer cell's later
+    episodes are left out, and the note says how many. The pairing stays exact (same seeds, same initial
+    states), but the cell's n was chosen by one run's outcomes, so read a verdict on few episodes with care.
+    A cell only one run holds is kept whole (`compare_outcomes` names it); common seeds that are not the first
+    ones of both cells raise `PairingError`: such runs did not follow one seed order.
+    """
+    if not (a.sequential or b.sequential):
+        return dict(a.outcomes), dict(b.outcomes), None
+    cells_a, cells_b = _seeds_by_cell(a), _seeds_by_cell(b)
+    keep_a, keep_b = dict(a.outcomes), dict(b.outcomes)
+    for cell in cells_a.keys() & cells_b.keys():
+        seeds_a, seeds_b = cells_a[cell], cells_b[cell]
+        m = min(len(seeds_a), len(seeds_b))
+        if seeds_a[:m] != seeds_b[:m]:
+            raise PairingError(
+                f"{cell[0]} / {cell[1]}: the runs' seeds differ within their first {m} episodes, so they cannot be "
+                "paired on a common prefix (different protocols or seeds?)"
+            )
+        for seed in seeds_a[m:]:
+            del keep_a[(*cell, seed)]
+        for seed in seeds_b[m:]:
+            del keep_b[(*cell, seed)]
+    left_a, left_b = len(a.outcomes) - len(keep_a), len(b.outcomes) - len(keep_b)
+    note = (
+        f"sequential stopping: paired on the {len(set(keep_a) & set(keep_b))} episodes both runs hold "
+        f"(per task x split, the first seeds of the shorter cell); left out {left_a} of A's {len(a.outcomes)} "
+        f"and {left_b} of B's {len(b.outcomes)} episodes"
+    )
+    return keep_a, keep_b, note
+
+
+def _seeds_by_cell(run: Run) -> dict[tuple[str, str], list[int]]:
+    cells: dict[tuple[str, str], list[int]] = {}
+    for task, split, seed in run.outcomes:
+        cells.setdefault((task, split), []).append(seed)
+    return {cell: sorted(seeds) for cell, seeds in cells.items()}
 
 
 def version_differences(a: Run, b: Run) -> list[str]:
