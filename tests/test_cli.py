@@ -19,6 +19,7 @@ def test_list_names_every_task(capsys):
     assert "FAMILY" in out and "EXAMPLE INSTRUCTION" in out
 
 
+@pytest.mark.smoke
 def test_video_writes_an_mp4_and_its_config(tmp_path):
     out = tmp_path / "pick.mp4"
     assert main(["video", "VLA-PickCup-v0", "--episodes", "1", "--size", "32", "--hold", "2", "--out", str(out)]) == 0

@@ -71,6 +71,7 @@ def test_show_unknown_suite_exits_2(capsys):
 
 
 # ---------------------------------------------------------------------------- eval --suite
+@pytest.mark.smoke
 def test_suite_eval_writes_the_bundle(bundle_dir):
     doc = json.loads((bundle_dir / "bundle.json").read_text())
     assert doc["protocol"]["name"] == "vlagym-pick" and doc["episodes"] == 2

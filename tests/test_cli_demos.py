@@ -25,6 +25,7 @@ def demo_file(tmp_path_factory):
     return path
 
 
+@pytest.mark.smoke
 def test_demos_writes_the_file_and_its_config(demo_file, capsys):
     config = json.loads(demo_file.with_name(demo_file.name + ".config.json").read_text())
     assert config["episodes"] == 2 and config["num_envs"] == 2 and config["seed"] == 4

@@ -9,6 +9,7 @@ import pytest
 from vlagym.cli import main
 
 
+@pytest.mark.smoke
 def test_eval_expert_prints_the_table_and_folder(tmp_path, capsys):
     out = tmp_path / "ev"
     argv = ["eval", "--policy", "expert", "--tasks", "VLA-PickCup-v0", "--episodes", "2", "--num-envs", "2"]

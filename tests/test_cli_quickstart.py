@@ -10,6 +10,7 @@ from vlagym.cli import main
 from vlagym.train.quickstart import QuickstartConfig
 
 
+@pytest.mark.smoke
 def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["quickstart", "--out", str(out), "--steps", "4", "--demos", "2", "--eval-episodes", "2", "--no-progress"]

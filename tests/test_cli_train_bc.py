@@ -19,6 +19,7 @@ def demos(tmp_path_factory):
     return path
 
 
+@pytest.mark.smoke
 def test_train_bc_runs_and_resumes(demos, tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train-bc", "--dataset", str(demos), "--out", str(out), "--steps", "6", "--batch-size", "4"]

@@ -31,6 +31,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, str]:
     return out, stdout.getvalue()
 
 
+@pytest.mark.smoke
 def test_quick_run_writes_every_section(quick_run):
     path, stdout = quick_run
     doc = bench.read_run(path)

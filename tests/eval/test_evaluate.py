@@ -32,6 +32,7 @@ def expert_cfg(tmp_path, **kwargs) -> EvalConfig:
     return EvalConfig(policy="expert", out=str(tmp_path / "out"), progress=False, **kwargs)
 
 
+@pytest.mark.smoke
 def test_expert_on_pickcup_succeeds_and_writes_results(tmp_path):
     results = evaluate(expert_cfg(tmp_path, num_envs=2))
     s = results["tasks"][PICK]

@@ -81,6 +81,7 @@ def test_unknown_suite_names_the_known_ones():
 
 
 # ---------------------------------------------------------------------------- suite runs
+@pytest.mark.smoke
 def test_tiny_suite_run_writes_the_bundle(tmp_path, monkeypatch):
     monkeypatch.setitem(suites.SUITES, "tiny", tiny_protocol())
     out = tmp_path / "b"

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:stable_baselines3.*
 TINY_PPO = ["--n-envs", "2", "--n-steps", "4", "--batch-size", "4", "--device", "cpu", "--no-progress"]
 
 
+@pytest.mark.smoke
 def test_post_training_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     out = tmp_path / "rl"
     argv = ["train-rl", "--policy", str(bc_checkpoint), "--timesteps", "8", "--out", str(out), *TINY_PPO]
@@ -27,6 +28,7 @@ def test_post_training_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     assert json.loads((tmp_path / "ev" / "results.json").read_text())["tasks"][TASK]["n"] == 1
 
 
+@pytest.mark.smoke
 def test_from_scratch_sac(tmp_path, in_tmp_dir, capsys):
     out = tmp_path / "sac"
     argv = ["train-rl", "--from-scratch", "--algo", "sac", "--task", TASK, "--timesteps", "32", "--out", str(out)]

@@ -4,6 +4,7 @@ same seed same result, config errors."""
 from __future__ import annotations
 
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 from rl_helpers import TASK
 from safetensors.torch import load_file
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger, configure
 
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.policies import VLAPolicy
@@ -43,6 +45,7 @@ def _weights(folder) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.smoke
 def test_post_training_smoke_resume_and_eval(bc_checkpoint, tmp_path, in_tmp_dir):
     out = tmp_path / "run"
     result = train_rl(_post(bc_checkpoint, out))
@@ -102,6 +105,7 @@ def _scratch(out, algo: str, **overrides) -> RLConfig:
     return RLConfig(**{**kwargs, **overrides})
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("algo", ["ppo", "sac"])
 def test_from_scratch_smoke(algo, tmp_path, in_tmp_dir):
     out = tmp_path / algo
@@ -149,6 +153,8 @@ def test_truncation_is_bootstrapped(tmp_path):
         tmp_path, "ppo", reward="sparse", max_episode_steps=8, chunk_size=4, total_timesteps=8, n_steps=4, batch_size=8
     )
     model = build_run(cfg).model
+    # Without a logger of ours, `_setup_learn` configures SB3's default one in a new tempdir/SB3-<date> folder.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     try:
         recorder = _Infos()
         _, callback = model._setup_learn(8, recorder)
@@ -167,6 +173,30 @@ def test_truncation_is_bootstrapped(tmp_path):
                     assert rewards[t, i] == 0.0
     finally:
         model.env.close()
+
+
+@pytest.fixture
+def private_tempdir(tmp_path, monkeypatch):
+    """A fresh folder as `tempfile.gettempdir()`, where SB3 puts the SB3-<date> folder of a model without a logger."""
+    folder = tmp_path / "tempdir"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    return folder
+
+
+def test_runs_write_nothing_to_the_temp_dir(bc_checkpoint, tmp_path, in_tmp_dir, private_tempdir):
+    """Post-training, its resume, and both baselines (with their evaluation) log under their `out` folder only."""
+    post = tmp_path / "post"
+    train_rl(_post(bc_checkpoint, post, total_timesteps=8, eval_every=8, eval_episodes=1, critic_warmup_steps=0))
+    train_rl(_post(bc_checkpoint, post, total_timesteps=16, eval_every=0, critic_warmup_steps=0, resume=True))
+    for algo in ("ppo", "sac"):
+        train_rl(_scratch(tmp_path / algo, algo, total_timesteps=32, eval_every=32, eval_episodes=1))
+        assert list((tmp_path / algo / "tb").glob("events.out.tfevents.*"))
+    assert not list(private_tempdir.glob("SB3-*"))
+    configure(None, [])  # the check looks where SB3 writes: its default folder lands in the private tempdir
+    assert len(list(private_tempdir.glob("SB3-*"))) == 1
 
 
 BAD = [

@@ -69,6 +69,7 @@ def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
     assert not different, f"tensors differ: {different[:5]}"
 
 
+@pytest.mark.smoke
 def test_training_writes_checkpoints_config_and_logs(pick_demos, tmp_path):
     out = tmp_path / "run"
     result = train_bc(tiny_config(pick_demos, out, eval_every=20, eval_episodes=1, ema=0.9))

@@ -85,6 +85,7 @@ def noisy_k2(tmp_path_factory) -> Path:
 
 
 # ---------------------------------------------------------------------------- layout
+@pytest.mark.smoke
 def test_file_follows_the_layout(pick_k1):
     env = gym.make(TASK)
     state_size = mujoco.mj_stateSize(env.unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION)
