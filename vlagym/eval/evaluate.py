@@ -13,11 +13,19 @@ one was recorded). Outputs, all written atomically:
     OUT/results.md         the Markdown table of `format_results`
     OUT/videos/*.mp4       optional: the first `videos` episodes of each task
 
+A sampling policy (a flow-matching checkpoint) draws each episode's noise
+from a generator seeded from that episode's seed (`episode_noise_generator`),
+created when its sub-env resets: re-running an evaluation reproduces every
+episode, and an episode's noise does not depend on `num_envs` or on which
+episodes share the batch. (What `num_envs` can still change is floating-point
+rounding: batched matrix products need not round a row as they would alone.)
+
 Videos re-run those seeds in a separate single env with rendering on (the
 vectorised evaluation itself renders nothing it does not need, e.g. the
 expert runs on state observations). `reset(seed=...)` fully determines an
-episode, so for a deterministic policy the recorded episode is the evaluated
-one; a sampling policy (flow matching) may differ in its noise draws.
+episode and the policy's noise comes from the same seed, so the recorded
+episode is the evaluated one (with `num_envs=1` exactly; otherwise up to that
+rounding).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +56,9 @@ EXPERT = "expert"
 VECTORIZATION_MODES = ("sync", "async")
 CHECKPOINT_FILES = ("model.safetensors", "config.json")
 VIDEO_FPS = 20  # the default control rate: videos play in real time
+#: Mixed with the episode seed into the seed of the episode's noise generator, so the policy's noise stream is
+#: not the environment's (`reset(seed)`) stream; changing it changes every flow checkpoint's evaluation.
+NOISE_STREAM = 0x5EED_F10A
 
 
 class EvalError(ValueError):
@@ -55,10 +67,11 @@ class EvalError(ValueError):
 
 # ---------------------------------------------------------------------------- policies
 class EvalPolicy(Protocol):
-    """A batched policy for `run_episodes`: per-sub-env state is cleared by `reset(mask)`."""
+    """A batched policy for `run_episodes`: per-sub-env state is cleared by `reset(mask, seeds)`."""
 
-    def reset(self, mask: np.ndarray) -> None:
-        """Forget the state of the sub-envs in `mask` (bool, one per sub-env): they start new episodes."""
+    def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
+        """Forget the state of the sub-envs in `mask` (bool, one per sub-env): they start new episodes, sub-env i
+        with seed `seeds[i]` (None: unknown)."""
 
     def __call__(self, obs: Any) -> np.ndarray:
         """Batched observations of the vector env -> actions (B, A)."""
@@ -72,8 +85,8 @@ class ExpertPolicy:
             raise EvalError("the expert needs vectorization='sync' (it reads each sub-env's simulator state)")
         self._expert = VectorExpert(envs)
 
-    def reset(self, mask: np.ndarray) -> None:
-        self._expert.reset(mask)
+    def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
+        self._expert.reset(mask)  # deterministic: the seeds are not needed
 
     def __call__(self, obs: Any) -> np.ndarray:
         return self._expert(obs)
@@ -98,14 +111,28 @@ def read_checkpoint_config(folder: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
+def episode_noise_generator(seed: int):
+    """A CPU `torch.Generator` for the policy noise of the episode with env seed `seed`.
+
+    Seeded from (`NOISE_STREAM`, seed) through numpy's `SeedSequence`, which is stable across platforms and
+    Python runs (unlike `hash`). On CPU, so the draws are the same whatever device the model runs on.
+    """
+    import torch
+
+    state = np.random.SeedSequence([NOISE_STREAM, int(seed)]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
 class CheckpointPolicy:
     """A `VLAPolicy` checkpoint as an `EvalPolicy`.
 
-    The VLA's action queue (`select_action`) is one queue for the whole batch.
-    When the policy's `reset` takes a mask, only those rows are cleared;
-    otherwise a partial `reset(mask)` clears the whole queue, so the other
-    sub-envs replan from their current observation one chunk early. Episode
-    outcomes then depend (slightly) on `num_envs`; with `num_envs=1` they do not.
+    `reset(mask)` restarts the action queues of the rows in `mask` only, when the
+    policy's `reset` takes a mask; otherwise it clears the whole queue, so the
+    other sub-envs replan one chunk early and outcomes depend (slightly) on `num_envs`.
+    A flow head draws each row's noise from its own generator, made from the
+    row's episode seed at `reset(mask, seeds)` (`episode_noise_generator`); rows
+    reset without seeds draw from torch's global generator. The L1 head draws
+    nothing and gets no generators.
     """
 
     def __init__(self, folder: str | os.PathLike, device: str | None = None):
@@ -133,19 +160,36 @@ class CheckpointPolicy:
             self._masked_reset = "mask" in inspect.signature(self.policy.reset).parameters
         except (TypeError, ValueError):
             self._masked_reset = False
+        # A flow head draws noise: it gets one generator per row. Others (L1) are called exactly as before.
+        self.samples = getattr(getattr(self.policy, "config", None), "head", None) == "flow"
+        self._generators: list[Any] = []
 
-    def reset(self, mask: np.ndarray) -> None:
+    def reset(self, mask: np.ndarray, seeds: np.ndarray | Sequence[int] | None = None) -> None:
+        """Restart the rows in `mask`; a flow head's row i then draws its noise from
+        `episode_noise_generator(seeds[i])` (from torch's global generator when `seeds` is None)."""
         mask = np.asarray(mask, bool)
         if self._masked_reset:
             self.policy.reset(mask=mask)
         else:
             self.policy.reset()  # whole queue: see the class docstring
+        if not self.samples:
+            return
+        if len(self._generators) != len(mask):
+            self._generators = [None] * len(mask)
+        if seeds is not None and len(seeds) != len(mask):
+            raise ValueError(f"reset got {len(seeds)} seeds for {len(mask)} rows: pass one per row")
+        for i in np.flatnonzero(mask):
+            self._generators[i] = None if seeds is None else episode_noise_generator(int(seeds[i]))
 
     def __call__(self, obs: Any) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
-            action = self.policy.select_action(self.policy.batch_from_obs(obs))
+            batch = self.policy.batch_from_obs(obs)
+            if self.samples:
+                action = self.policy.select_action(batch, self._generators or None)
+            else:
+                action = self.policy.select_action(batch)
         if isinstance(action, torch.Tensor):
             action = action.detach().float().cpu().numpy()
         return np.asarray(action, np.float32)
@@ -344,7 +388,7 @@ def record_videos(
             tmp = temp_path(path)
             try:
                 obs, _ = envs.reset(seed=[seed], options=dict(reset_options) if reset_options else None)
-                policy.reset(np.ones(1, bool))
+                policy.reset(np.ones(1, bool), seeds=[seed])  # the evaluated episode's noise, too
                 # macro_block_size=2 keeps the exact (even) frame size instead of resizing to a multiple of 16.
                 with imageio.get_writer(
                     tmp, format="FFMPEG", mode="I", fps=VIDEO_FPS, codec="libx264", macro_block_size=2,

@@ -6,6 +6,10 @@ Evaluation needs episode i to start from `reset(seed=seeds[i])` whichever
 sub-env runs it, so the rollout envs are made with autoreset disabled
 (`make_rollout_envs`) and this module resets finished sub-envs itself, with
 the next seed of the list, through `reset(seed=..., options={"reset_mask": ...})`.
+A policy that samples (the flow head) learns each new episode's seed through
+`on_episode_start(mask, seeds=...)`, so it can draw that episode's noise from a
+generator of its own: the episode then depends on its seed alone, not on
+`num_envs` or on which episodes share the batch.
 
 Besides success, every record carries a few flags accumulated from the task
 predicates the env reports in `info` each step (grasped, a wrong object
@@ -16,6 +20,7 @@ array operations per vector step and nothing inside `env.step()`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,6 +76,15 @@ def make_rollout_envs(
         vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
         **env_kwargs,
     )
+
+
+def takes_seeds(callback: Callable[..., object]) -> bool:
+    """Whether `callback` accepts a `seeds` keyword (an `on_episode_start` that wants the episodes' seeds)."""
+    try:
+        params = inspect.signature(callback).parameters.values()
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False
+    return any(p.name == "seeds" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _entry(info: dict, key: str, i: int, default):
@@ -129,14 +143,17 @@ def run_episodes(
     envs: gym.vector.VectorEnv,
     policy: BatchPolicy,
     seeds: Sequence[int],
-    on_episode_start: Callable[[np.ndarray], None] | None = None,
+    on_episode_start: Callable[..., None] | None = None,
     progress: bool = True,
     reset_options: dict | None = None,
 ) -> list[EpisodeRecord]:
     """Run `policy` (batched observations -> batched actions) until every seed has had its episode.
 
     `on_episode_start(mask)` is called after sub-envs in `mask` reset, so a
-    stateful policy (action queues, experts) can reset those slots. Records are
+    stateful policy (action queues, experts) can reset those slots; when it
+    accepts a `seeds` keyword it gets `seeds=` an int64 array with the reset seed
+    of every sub-env's current episode (throw-away episodes included), e.g. to
+    seed a sampling policy's per-episode noise. Records are
     returned in the order of `seeds`. Sub-envs left without a seed keep running
     throw-away episodes until the last real one ends; those are not recorded.
     `reset_options` go to every sub-env reset (e.g. `{"swap_target": True}`, see `VLAEnv.reset`).
@@ -148,6 +165,7 @@ def run_episodes(
     seeds = [int(s) for s in seeds]
     spare = max(seeds, default=0) + 1_000_000  # throw-away episodes use seeds no evaluation asks for
     slot_episode = np.full(n, -1)  # index into `seeds` of the episode each sub-env runs, -1 = throw-away
+    slot_seed = np.zeros(n, np.int64)  # the reset seed of the episode each sub-env runs
     records: list[EpisodeRecord | None] = [None] * len(seeds)
     returns, lengths, ever = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
     flags = _PredicateFlags(n)
@@ -165,14 +183,24 @@ def run_episodes(
                 slot_episode[i] = -1
                 out.append(spare)
                 spare += 1
+            slot_seed[i] = out[-1]
         return out
+
+    with_seeds = on_episode_start is not None and takes_seeds(on_episode_start)
+
+    def started(mask: np.ndarray) -> None:
+        if on_episode_start is None:
+            return
+        if with_seeds:
+            on_episode_start(mask, seeds=slot_seed.copy())
+        else:
+            on_episode_start(mask)
 
     mask = np.ones(n, bool)
     obs, info = envs.reset(seed=assign(mask), options=dict(reset_options) if reset_options else None)
     instructions = [str(_entry(info, "instruction", i, "")) for i in range(n)]
     tasks = [str(_entry(info, "task", i, envs.spec.id if envs.spec else "")) for i in range(n)]
-    if on_episode_start is not None:
-        on_episode_start(mask)
+    started(mask)
     bar = tqdm(total=len(seeds), desc="episodes", unit="ep", disable=not progress)
     try:
         while any(r is None for r in records):
@@ -210,8 +238,7 @@ def run_episodes(
                     tasks[i] = str(_entry(reset_info, "task", i, tasks[i]))
                 returns[done], lengths[done], ever[done] = 0.0, 0, False
                 flags.clear(done)
-                if on_episode_start is not None:
-                    on_episode_start(done)
+                started(done)
     finally:
         bar.close()
     return records  # type: ignore[return-value]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 IMAGE_KEY = "observation.images."
 PROPRIO_KEY = "observation.proprio"
+#: The flow head's noise source: one generator for the whole batch, or one per row (None entries draw from torch's
+#: global generator), e.g. one per sub-env seeded from its episode seed so an episode's noise is its own.
+Generators = torch.Generator | Sequence[torch.Generator | None] | None
 
 
 def _mlp(dims: list[int]) -> nn.Sequential:
@@ -273,22 +276,42 @@ class VLAPolicy(nn.Module):
 
     # ------------------------------------------------------------------ acting
     @torch.inference_mode()
-    def predict_action_chunk(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
+    def predict_action_chunk(
+        self, batch: Mapping[str, Any], generator: Generators = None, *, rows: Tensor | None = None
+    ) -> Tensor:
         """(B, K, A) actions in env units. The flow head draws its initial noise from `generator` (seed it for
-        determinism; on CPU the draw is the same whatever device the model is on)."""
+        determinism; on CPU the draw is the same whatever device the model is on): one generator draws the whole
+        batch's noise, a sequence of B generators draws each row's from its own (so a row's noise does not depend
+        on which rows share the batch).
+
+        `rows` (bool (B,), None: all) with per-row generators: only those rows draw noise, so a row's generator
+        advances only when that row takes a new chunk; the other rows' chunks are meaningless (zero noise)."""
         cfg = self.config
         feats = self.features(batch)
         if cfg.head == "l1":
             pred = self.head(feats).view(-1, cfg.chunk_size, cfg.action_dim)
         else:
-            shape = (feats.shape[0], cfg.chunk_size, cfg.action_dim)
-            gen_device = generator.device if generator is not None else self.device
-            pred = torch.randn(shape, generator=generator, device=gen_device).to(self.device)
+            pred = self._initial_noise(feats.shape[0], generator, rows)
             dt = 1.0 / cfg.flow_steps
             for i in range(cfg.flow_steps):
-                t = torch.full((shape[0],), i * dt, device=self.device)
+                t = torch.full((pred.shape[0],), i * dt, device=self.device)
                 pred = pred + dt * self._velocity(feats, pred, t)
         return pred * self.action_scale + self.action_offset
+
+    def _initial_noise(self, b: int, generator: Generators, rows: Tensor | None) -> Tensor:
+        """(B, K, A) standard normal noise on the model's device, drawn on each generator's own device."""
+        shape = (b, self.config.chunk_size, self.config.action_dim)
+        if generator is None or isinstance(generator, torch.Generator):
+            gen_device = generator.device if generator is not None else self.device
+            return torch.randn(shape, generator=generator, device=gen_device).to(self.device)
+        generators = list(generator)
+        if len(generators) != b:
+            raise ValueError(f"got {len(generators)} generators for a batch of {b} rows: pass one per row")
+        noise = torch.zeros(shape, device=self.device)
+        for i in range(b) if rows is None else torch.nonzero(torch.as_tensor(rows).cpu()).flatten().tolist():
+            g = generators[i]
+            noise[i] = torch.randn(shape[1:], generator=g, device=g.device if g is not None else self.device)
+        return noise
 
     @torch.inference_mode()  # the acting state is made of inference tensors: update it in the same mode
     def reset(self, mask: np.ndarray | Tensor | None = None) -> None:
@@ -309,10 +332,13 @@ class VLAPolicy(nn.Module):
             self._ensemble_count[rows.to(self._ensemble_count.device)] = 0
 
     @torch.inference_mode()
-    def select_action(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor:
+    def select_action(self, batch: Mapping[str, Any], generator: Generators = None) -> Tensor:
         """(B, A) the action to execute now: the next of `n_action_steps` actions of the row's current chunk,
         with a new chunk predicted for the rows that ran out; with temporal ensembling, a weighted average of
-        every chunk predicted for this step. With `binary_gripper` the gripper entry is then snapped to +-1."""
+        every chunk predicted for this step. With `binary_gripper` the gripper entry is then snapped to +-1.
+
+        `generator` as in `predict_action_chunk`; per-row generators advance only for the rows that take a new
+        chunk, so a row's noise depends on its own steps alone."""
         if self.config.temporal_ensemble:
             action = self._ensembled_action(self.predict_action_chunk(batch, generator))
         else:
@@ -322,14 +348,17 @@ class VLAPolicy(nn.Module):
             action[:, -1] = torch.where(action[:, -1] >= 0, 1.0, -1.0)
         return action
 
-    def _queued_action(self, batch: Mapping[str, Any], generator: torch.Generator | None) -> Tensor:
+    def _queued_action(self, batch: Mapping[str, Any], generator: Generators) -> Tensor:
         n = self.config.n_action_steps
         b = self._batch_size(batch)
         if self._step is None or self._step.shape[0] != b:
             self._chunk, self._step = None, torch.full((b,), n, dtype=torch.long)
         refill = self._step >= n
         if bool(refill.any()):
-            chunk = self.predict_action_chunk(batch, generator)[:, :n]
+            if generator is None or isinstance(generator, torch.Generator):
+                chunk = self.predict_action_chunk(batch, generator)[:, :n]
+            else:  # per-row generators: only the refilled rows may draw
+                chunk = self.predict_action_chunk(batch, generator, rows=refill)[:, :n]
             if self._chunk is None or bool(refill.all()):
                 self._chunk = chunk.clone()
             else:
