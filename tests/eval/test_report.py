@@ -80,6 +80,27 @@ def test_report_caps_embedded_videos(bundle_dir, tmp_path, monkeypatch):
     assert "data:video/mp4" not in page and "over the embedding cap" in page
 
 
+def test_report_header_of_a_sequentially_stopped_bundle(bundle_dir):
+    def success_table(page: str) -> str:
+        return page.split("<h3>Success (any step)")[1].split("</table>")[0]
+
+    full = report.render_report(load(bundle_dir), bundle_dir)
+    assert "<p>2 episodes per task and split" in full and "Sequential stopping at" not in full
+    assert " n=" not in success_table(full)
+    bundle = load(bundle_dir)  # as if `--sequential-width 0.5 --sequential-min-episodes 1` had stopped one cell at 1
+    bundle["sequential"] = {"target_width": 0.5, "min_episodes": 1, "max_episodes": 2, "rule": "..."}
+    cells = [cell for by_split in bundle["results"].values() for cell in by_split.values()]
+    for k, cell in enumerate(cells):
+        cell["sequential"] = {"stopped_early": k == 0, "episodes_simulated": 2, "episodes_discarded": int(k == 0)}
+    cells[0]["n"] = cells[0]["successes"] = 1
+    page = report.render_report(bundle, bundle_dir)
+    assert "<p>Up to 2 episodes per task and split" in page
+    assert "Sequential stopping at width 50.0%" in page and f"1 of {len(cells)} cells stopped early" in page
+    assert f"{2 * len(cells) - 1} episodes counted, 1 run past a stop and discarded" in page
+    table = success_table(page)
+    assert table.count(" n=1</td>") == 1 and table.count(" n=2</td>") == len(cells) - 1
+
+
 def test_cli_report_rewrites_the_page(bundle_dir, capsys):
     (bundle_dir / "report.html").unlink()
     assert main(["report", str(bundle_dir)]) == 0

@@ -1,9 +1,10 @@
 """One self-contained HTML page of a results bundle: `vlagym report BUNDLE_DIR` (also written by every suite run).
 
 The page holds the success matrix (heatmap PNG and table, with Wilson 95%
-intervals), success at end, the suite average, the failure taxonomy with links
-to the episodes' videos, the language controls, the fingerprint and the command
-that reproduces the bundle. Images and videos are embedded as base64 `data:`
+intervals; with sequential stopping, each cell's episode count n), success at
+end, the suite average, the failure taxonomy with links to the episodes'
+videos, the language controls, the fingerprint and the command that
+reproduces the bundle. Images and videos are embedded as base64 `data:`
 URIs and the style sheet is inline, so the single file can be mailed or
 attached to an issue and opened in any browser. Videos are embedded up to
 `MAX_VIDEO_BYTES` each and `MAX_TOTAL_VIDEO_BYTES` in all; the rest are listed
@@ -131,9 +132,26 @@ class _Videos:
         return anchor
 
 
+def _sequential_note(bundle: Mapping[str, Any]) -> str:
+    """The header paragraph of a sequentially stopped bundle (`bundle["sequential"]`); "" for a full run."""
+    sequential = bundle.get("sequential")
+    if not sequential:
+        return ""
+    cells = [c for by_split in bundle["results"].values() for c in by_split.values()]
+    stopped = sum(bool((c.get("sequential") or {}).get("stopped_early")) for c in cells)
+    discarded = sum((c.get("sequential") or {}).get("episodes_discarded", 0) for c in cells)
+    return (
+        f"<p>Sequential stopping at width {_pct(sequential['target_width'])}: each task and split stopped at the "
+        f"first n &ge; {sequential['min_episodes']} episodes whose Wilson 95% interval was at most that wide; "
+        f"{stopped} of {len(cells)} cells stopped early, {sum(c['n'] for c in cells)} episodes counted, "
+        f"{discarded} run past a stop and discarded. The success table gives n per cell.</p>"
+    )
+
+
 def _matrix_section(bundle: Mapping[str, Any]) -> str:
     splits = list(bundle["protocol"]["splits"])
     results = bundle["results"]
+    sequential = bool(bundle.get("sequential"))
     png = heatmap_png(success_matrix(results, splits), list(results), splits)
     img = f'<img alt="success per task and split" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
     parts = ["<h2>Generalization matrix</h2>", img]
@@ -143,6 +161,8 @@ def _matrix_section(bundle: Mapping[str, Any]) -> str:
         for task, by_split in results.items():
             if rate_key == "success_rate":
                 cells = [_ci(by_split[s][rate_key], by_split[s]["ci95"]) for s in splits]
+                if sequential:  # cells hold different numbers of episodes
+                    cells = [f"{c} n={by_split[s]['n']}" for c, s in zip(cells, splits, strict=True)]
             else:
                 cells = [_pct(by_split[s][rate_key]) for s in splits]
             rows.append([task, *cells, _pct(float(np.mean([by_split[s][rate_key] for s in splits])))])
@@ -215,13 +235,16 @@ def render_report(bundle: Mapping[str, Any], folder: Path) -> str:
     videos = _Videos(Path(folder))
     outcomes = _outcome_section(bundle, videos)  # registers the videos before their section is written
     seeds = bundle["seeds"]
+    up_to = "Up to " if bundle.get("sequential") else ""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f"<p>{bundle['episodes']} episodes per task and split{_e(partial)}, seeds {seeds['first']}..{seeds['last']}; "
-        f"started {_e(bundle.get('started_utc', ''))}, wall clock {bundle['wall_clock_s']:.1f} s.</p>",
+        f"<p>{up_to}{bundle['episodes']} episodes per task and split{_e(partial)}, seeds "
+        f"{seeds['first']}..{seeds['last']}; started {_e(bundle.get('started_utc', ''))}, wall clock "
+        f"{bundle['wall_clock_s']:.1f} s.</p>",
+        _sequential_note(bundle),
         "<h2>Reproduce</h2>",
         f"<pre><code>{_e(bundle['reproduce'])}</code></pre>",
         _matrix_section(bundle),
