@@ -14,7 +14,8 @@ import vlagym
 from vlagym.cli import main
 from vlagym.envs.splits import SPLITS
 from vlagym.eval import suites
-from vlagym.eval.suite_run import SuiteRunConfig, checkpoint_hashes, read_run, run_suite
+from vlagym.eval.evaluate import NOISE_STREAM
+from vlagym.eval.suite_run import SuiteRunConfig, checkpoint_hashes, fingerprint, read_run, run_suite
 from vlagym.eval.suites import DEMO_SEEDS, SuiteError, SuiteProtocol, get_suite, list_suites
 
 PICK = "VLA-PickCup-v0"
@@ -103,6 +104,7 @@ def test_tiny_suite_run_writes_the_bundle(tmp_path, monkeypatch):
     assert set(fp["versions"]) == {"vlagym", "mujoco", "gymnasium", "numpy", "torch", "python"}
     assert fp["versions"]["vlagym"] == vlagym.__version__ and fp["cpu"] and fp["gl_renderer"]
     assert fp["checkpoint_sha256"] == {"model.safetensors": "expert", "config.json": "expert", "stats": "expert"}
+    assert fp["policy_noise_stream"] is None  # the expert draws no noise
     assert bundle["seeds"] == {"base_seed": 5_000_000, "count": 2, "first": 5_000_000, "last": 5_000_001}
     assert bundle["wall_clock_s"] > 0 and bundle["started_utc"]
     assert bundle["reproduce"] == f"vlagym eval --suite tiny --policy expert --out {out}"
@@ -138,3 +140,10 @@ def test_checkpoint_hashes_cover_weights_config_and_statistics(tmp_path):
     assert hashes["model.safetensors"] == hashlib.sha256(b"weights").hexdigest()
     assert hashes["config.json"] == hashlib.sha256(json.dumps(config).encode()).hexdigest()
     assert hashes["stats"] == hashlib.sha256(b'{"action": {"mean": [0.5]}}').hexdigest()
+
+
+def test_a_checkpoint_bundle_records_the_policy_noise_rule(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "config.json").write_text(json.dumps({"format": "vlagym-policy"}))
+    fp = fingerprint(SuiteRunConfig(suite="vlagym-pick", policy=str(tmp_path)), rendered=False)
+    assert fp["policy_noise_stream"] == hex(NOISE_STREAM)  # changing the stream changes a flow head's outcomes

@@ -32,7 +32,11 @@ Language controls always run every seed.
 
 Re-running the recorded command on the same machine reproduces every episode's
 outcome: the seeds fix the initial states, the expert is deterministic, and a
-checkpoint's outcomes depend only on its weights and `num_envs` (recorded).
+checkpoint's outcomes depend only on its weights, its per-episode noise rule
+(`policy_noise_stream` in the fingerprint: a flow head's noise comes from a
+generator seeded from that stream and the episode seed) and `num_envs`
+(recorded: batched inference rounds differently at other batch sizes, which can
+flip an episode that sits on a knife's edge, though rarely).
 
 `read_run` loads a bundle (or a plain `vlagym eval` results.json) as outcomes keyed
 by (task, split, seed), which `vlagym.eval.stats.compare_outcomes` pairs
@@ -75,6 +79,7 @@ from vlagym.eval.diagnostics import (
 from vlagym.eval.evaluate import (
     CHECKPOINT_FILES,
     EXPERT,
+    NOISE_STREAM,
     CheckpointPolicy,
     EvalError,
     ExpertPolicy,
@@ -257,8 +262,13 @@ def machine_fingerprint(rendered: bool) -> dict[str, Any]:
 
 
 def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:
-    """Software versions, machine, renderer and checkpoint hashes of this run."""
-    return {**machine_fingerprint(rendered), "checkpoint_sha256": checkpoint_hashes(cfg.policy)}
+    """Software versions, machine, renderer, checkpoint hashes and the policy-noise rule of this run."""
+    return {
+        **machine_fingerprint(rendered),
+        "checkpoint_sha256": checkpoint_hashes(cfg.policy),
+        # a stochastic (flow) head draws each episode's noise from this stream mixed with the episode seed
+        "policy_noise_stream": None if cfg.policy == EXPERT else f"{NOISE_STREAM:#x}",
+    }
 
 
 def reproduction_command(cfg: SuiteRunConfig) -> str:
