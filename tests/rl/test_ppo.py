@@ -12,7 +12,7 @@ import torch
 from rl_helpers import TASK
 from safetensors.torch import load_file
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import Logger, configure
+from stable_baselines3.common.logger import configure
 
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.policies import VLAPolicy
@@ -147,14 +147,12 @@ class _Infos(BaseCallback):
         return True
 
 
-def test_truncation_is_bootstrapped(tmp_path):
+def test_truncation_is_bootstrapped(tmp_path, private_tempdir):
     """Sparse reward (0 without success): the stored reward of a truncated step is exactly gamma * V(last obs)."""
     cfg = _scratch(
         tmp_path, "ppo", reward="sparse", max_episode_steps=8, chunk_size=4, total_timesteps=8, n_steps=4, batch_size=8
     )
-    model = build_run(cfg).model
-    # Without a logger of ours, `_setup_learn` configures SB3's default one in a new tempdir/SB3-<date> folder.
-    model.set_logger(Logger(folder=None, output_formats=[]))
+    model = build_run(cfg).model  # with its own logger (OUT/tb), so SB3 writes no tempdir/SB3-<date> folder
     try:
         recorder = _Infos()
         _, callback = model._setup_learn(8, recorder)
@@ -173,6 +171,7 @@ def test_truncation_is_bootstrapped(tmp_path):
                     assert rewards[t, i] == 0.0
     finally:
         model.env.close()
+    assert not list(private_tempdir.glob("SB3-*"))  # `learn()` pieces on a bare `build_run` model log to OUT/tb
 
 
 @pytest.fixture

@@ -498,9 +498,15 @@ def _scratch_run(cfg: RLConfig) -> _Run:
 
 
 def build_run(cfg: RLConfig) -> _Run:
-    """The model and envs of `cfg` (fresh weights: the BC checkpoint's for post-training)."""
+    """The model and envs of `cfg` (fresh weights: the BC checkpoint's for post-training), logging to OUT/tb.
+
+    The logger is set here, not by `learn()`: SB3 would otherwise configure its default one, which writes a
+    tempdir/SB3-<date> folder.
+    """
     seed_everything(cfg.seed)
-    return _scratch_run(cfg) if cfg.from_scratch else _post_training_run(cfg)
+    run = _scratch_run(cfg) if cfg.from_scratch else _post_training_run(cfg)
+    run.model.set_logger(configure(str(Path(cfg.out) / "tb"), ["tensorboard"]))
+    return run
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -808,7 +814,6 @@ def _train_rl(cfg: RLConfig, out: Path) -> dict[str, Any]:
             progress = _resume(run, last)
         elif cfg.resume:
             logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
-        model.set_logger(configure(str(out / "tb"), ["tensorboard"]))
         callback = _RunCallback(run, progress, resumed_from=last)
         remaining = cfg.total_timesteps - model.num_timesteps
         if remaining > 0:
