@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import imageio.v3 as iio
 import pytest
@@ -43,3 +45,14 @@ def test_bad_input_exits_2_with_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err and "Traceback" not in err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`vlagym list | head -1`: the closed pipe gives exit code 141 and no traceback on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vlagym.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader leaves before the command writes anything
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()

@@ -97,6 +97,7 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process killed by SIGPIPE (128 + 13)
 
 
 class UserError(Exception):
@@ -1222,6 +1223,18 @@ _RUNNERS: dict[type, Any] = {
 }
 
 
+def _run_command(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args)
+    runner = _RUNNERS.get(type(cfg))
+    if runner is not None:
+        return runner(cfg)
+    if args.command == "train-bc":
+        return run_train_bc(cfg)
+    if args.command == "train-rl":
+        return run_train_rl(cfg)
+    return run_video(cfg)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `vlagym` console script; returns the process exit code."""
     parser = build_parser()
@@ -1236,15 +1249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        cfg = _config_from_args(args)
-        runner = _RUNNERS.get(type(cfg))
-        if runner is not None:
-            return runner(cfg)
-        if args.command == "train-bc":
-            return run_train_bc(cfg)
-        if args.command == "train-rl":
-            return run_train_rl(cfg)
-        return run_video(cfg)
+        code = _run_command(args)
+        sys.stdout.flush()  # here, so a reader that went away (`| head`) is a BrokenPipeError we catch
+        return code
+    except BrokenPipeError:
+        # Python's advice: point stdout at devnull so the flush at interpreter exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except UserError as e:
         print(f"vlagym {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
