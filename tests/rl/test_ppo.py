@@ -16,7 +16,7 @@ from stable_baselines3.common.logger import configure
 
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.policies import VLAPolicy
-from vlagym.rl.ppo import RLConfig, build_run, train_rl
+from vlagym.rl.ppo import RLConfig, build_run, train_env_kwargs, train_rl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:stable_baselines3.*")
 
@@ -248,3 +248,27 @@ def test_scratch_eval_executes_chunks():
     assert _Model.calls == 2  # a new chunk after three actions
     policy.reset(np.array([True, False]))
     np.testing.assert_array_equal(policy(obs)[:, 0], [0, 2])  # row 0 restarts its chunk, row 1 goes on
+
+
+@pytest.mark.parametrize("post", [True, False], ids=["post-training", "from-scratch"])
+@pytest.mark.parametrize("reward", ["dense", "sparse"])
+def test_dense_training_episodes_run_past_success_and_evaluation_keeps_the_task_s(
+    post, reward, bc_checkpoint, tmp_path
+):
+    """A dense reward is highest in the success state; ending the episode there would forfeit the steps left
+    (an agent learns to hover short of success), so dense training runs to the time limit. Sparse keeps it."""
+    cfg = _post(bc_checkpoint, tmp_path, reward=reward) if post else _scratch(tmp_path, "ppo", reward=reward)
+    run = build_run(cfg)
+    try:
+        for sub_env in run.model.env.envs:
+            assert sub_env.unwrapped.reward_mode == reward
+            assert sub_env.unwrapped.terminate_on_success == (reward == "sparse")
+    finally:
+        run.model.env.close()
+    assert not {"reward_mode", "terminate_on_success"} & set(run.eval_env_kwargs)
+
+
+def test_train_env_kwargs_keep_a_users_terminate_on_success():
+    assert train_env_kwargs("dense", {"terminate_on_success": True})["terminate_on_success"] is True
+    assert train_env_kwargs("dense", {}) == {"reward_mode": "dense", "terminate_on_success": False}
+    assert train_env_kwargs("sparse", {"num_cups": 1}) == {"num_cups": 1, "reward_mode": "sparse"}

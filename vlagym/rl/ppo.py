@@ -12,6 +12,11 @@ value head learns until then, the actor is frozen). Truncations are bootstrapped
 
 Baselines (``from_scratch=True``): SB3's PPO or SAC with its ``MlpPolicy`` on ``obs_mode="state"``.
 
+Reward: ``"sparse"`` is 1 on the step of success, which ends the episode. ``"dense"`` is the task's staged
+reward (each step in [0, 1], highest in the success state), and its training episodes do NOT end on success
+(``terminate_on_success=False``) but run to the time limit: ending them would forfeit the reward of every step
+left, so an agent would learn to hover just short of success. Evaluation always uses the task's own episodes.
+
 Outputs of a run folder ``OUT``:
 
     OUT/rl_config.json                       the `RLConfig` (defaults resolved)
@@ -85,6 +90,20 @@ RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "max_episode_steps", "render_m
 # Defaults that depend on the kind of run: (post-training, from scratch).
 DEFAULT_LR = {"post": 3e-5, "ppo": 3e-4, "sac": 3e-4}
 DEFAULT_BATCH = {"ppo": 64, "sac": 256}
+
+
+def train_env_kwargs(reward: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`env_kwargs` for training with `reward`: the reward mode, and for dense rewards episodes that run on past
+    success (see the module docstring) unless `env_kwargs` says otherwise."""
+    kwargs = {**env_kwargs, "reward_mode": reward}
+    if reward == "dense":
+        kwargs.setdefault("terminate_on_success", False)
+    return kwargs
+
+
+def eval_env_kwargs(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`env_kwargs` for evaluation: the `vlagym eval` protocol, so no training-only reward settings."""
+    return {k: v for k, v in env_kwargs.items() if k not in ("reward_mode", "terminate_on_success")}
 
 
 # ---------------------------------------------------------------------------- config
@@ -427,9 +446,8 @@ def _post_training_run(cfg: RLConfig) -> _Run:
     base.update(extra.get("env_kwargs") or {})
     base.update(cfg.env_kwargs)
     # What `vlagym eval` gives the policy (rgb); training adds the state for the critic and picks the reward.
-    eval_kwargs = {**base, "obs_mode": "rgb"}
-    eval_kwargs.pop("reward_mode", None)
-    train_kwargs = {**base, "obs_mode": "rgb+state" if cfg.critic_state else "rgb", "reward_mode": cfg.reward}
+    eval_kwargs = eval_env_kwargs({**base, "obs_mode": "rgb"})
+    train_kwargs = train_env_kwargs(cfg.reward, {**base, "obs_mode": "rgb+state" if cfg.critic_state else "rgb"})
     factory = functools.partial(
         make_rl_env,
         cfg.task,
@@ -485,7 +503,7 @@ def _ppo_kwargs(cfg: RLConfig) -> dict[str, Any]:
 
 
 def _scratch_run(cfg: RLConfig) -> _Run:
-    kwargs = {**cfg.env_kwargs, "obs_mode": "state", "reward_mode": cfg.reward}
+    kwargs = train_env_kwargs(cfg.reward, {**cfg.env_kwargs, "obs_mode": "state"})
     factory = functools.partial(make_rl_env, cfg.task, kwargs, cfg.chunk_size, cfg.max_episode_steps)
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
     if cfg.algo == "sac":
@@ -494,7 +512,7 @@ def _scratch_run(cfg: RLConfig) -> _Run:
         )
     else:
         model = PPO("MlpPolicy", env, **_ppo_kwargs(cfg))
-    return _Run(cfg, model, eval_env_kwargs={**cfg.env_kwargs, "obs_mode": "state"})
+    return _Run(cfg, model, eval_env_kwargs=eval_env_kwargs({**cfg.env_kwargs, "obs_mode": "state"}))
 
 
 def build_run(cfg: RLConfig) -> _Run:
