@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -133,6 +135,26 @@ def test_vec_env_marks_chunk_level_truncation():
         for info in infos:
             assert info["TimeLimit.truncated"] and info["actions_executed"] == 2
             assert info["terminal_observation"].shape == (83,)
+    finally:
+        envs.close()
+
+
+def test_vec_env_adds_up_its_stepping_time():
+    """`TimedVecEnv`: the seconds spent in step_async/step_wait (the env's share of a rollout), nothing else."""
+    factory = lambda: make_rl_env(TASK, {"obs_mode": "state"}, chunk_size=4)  # noqa: E731
+    envs = make_vec_env(factory, 2)
+    try:
+        envs.seed(0)
+        envs.reset()
+        assert envs.seconds == 0.0  # resets are not rollout steps
+        start = time.perf_counter()
+        envs.step(np.zeros((2, 28), np.float32))
+        elapsed = time.perf_counter() - start
+        assert 0.0 < envs.seconds <= elapsed
+        before = envs.seconds
+        time.sleep(0.01)  # time outside the env is not counted
+        assert envs.seconds == before
+        assert envs.num_envs == 2 and len(envs.envs) == 2  # DummyVecEnv's attributes pass through
     finally:
         envs.close()
 

@@ -13,6 +13,7 @@ from rl_helpers import TASK
 from safetensors.torch import load_file
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.policies import VLAPolicy
@@ -116,6 +117,16 @@ def test_from_scratch_smoke(algo, tmp_path, in_tmp_dir):
     assert (folder / "sb3.zip").is_file() and not (folder / "model.safetensors").exists()
     results = json.loads((out / "eval" / "step_64" / "results.json").read_text())
     assert results["tasks"][TASK]["n"] == 2 and results["seed"] == 100_000
+    if algo == "ppo":  # the rollout's time split: env stepping + the rest, each a part of the rollout
+        scalars = EventAccumulator(str(out / "tb")).Reload()
+        rollout, env_s, policy_s = (
+            [e.value for e in scalars.Scalars(f"time/{name}")]
+            for name in ("rollout_s", "rollout_env_s", "rollout_policy_s")
+        )
+        assert len(rollout) == len(env_s) == len(policy_s) >= 2
+        for total, env_part, policy_part in zip(rollout, env_s, policy_s, strict=True):
+            assert 0 < env_part < total and 0 < policy_part < total
+            assert env_part + policy_part == pytest.approx(total, rel=1e-4)
 
 
 def test_max_minutes_stops_early_and_still_saves(tmp_path, in_tmp_dir):

@@ -16,6 +16,7 @@ which is what `VLAPolicy` reads (a float image in [0, 1] is used as is; uint8 is
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper
 
 from vlagym.wrappers.chunking import ActionChunking
 from vlagym.wrappers.language import LanguageTokens, Tokenizer
@@ -158,8 +159,32 @@ def make_rl_env(
     return Monitor(env)
 
 
-def make_vec_env(factory: Callable[[], gym.Env], n_envs: int, vectorization: str = "sync") -> VecEnv:
-    """`n_envs` copies of `factory()` in SB3's `DummyVecEnv` ("sync") or `SubprocVecEnv` ("async").
+class TimedVecEnv(VecEnvWrapper):
+    """Adds up the wall-clock seconds spent stepping the wrapped vector env (`seconds`): simulation, rendering
+    and the wrappers, everything of a rollout but the policy. Observations and rewards pass through unchanged."""
+
+    def __init__(self, venv: VecEnv):
+        super().__init__(venv)
+        self.seconds = 0.0
+
+    def reset(self):
+        return self.venv.reset()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        start = time.perf_counter()
+        self.venv.step_async(actions)
+        self.seconds += time.perf_counter() - start
+
+    def step_wait(self):
+        start = time.perf_counter()
+        result = self.venv.step_wait()
+        self.seconds += time.perf_counter() - start
+        return result
+
+
+def make_vec_env(factory: Callable[[], gym.Env], n_envs: int, vectorization: str = "sync") -> TimedVecEnv:
+    """`n_envs` copies of `factory()` in SB3's `DummyVecEnv` ("sync") or `SubprocVecEnv` ("async"), in a
+    `TimedVecEnv` (the env's share of rollout time).
 
     Both reset a finished sub-env at once and put ``terminal_observation`` and ``TimeLimit.truncated`` in its
     info, which SB3's PPO uses to bootstrap the value at a truncation (a time limit is not a failure).
@@ -167,5 +192,5 @@ def make_vec_env(factory: Callable[[], gym.Env], n_envs: int, vectorization: str
     if vectorization not in VECTORIZATION_MODES:
         raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {vectorization!r}")
     if vectorization == "sync":
-        return DummyVecEnv([factory] * n_envs)
-    return SubprocVecEnv([factory] * n_envs)
+        return TimedVecEnv(DummyVecEnv([factory] * n_envs))
+    return TimedVecEnv(SubprocVecEnv([factory] * n_envs))

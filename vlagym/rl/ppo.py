@@ -20,8 +20,9 @@ left, so an agent would learn to hover just short of success. Evaluation always 
 Outputs of a run folder ``OUT``:
 
     OUT/rl_config.json                       the `RLConfig` (defaults resolved)
-    OUT/tb/                                  TensorBoard: SB3's rollout/train scalars, time/* (rollout vs learning
-                                             seconds, env steps/s), eval/success_rate
+    OUT/tb/                                  TensorBoard: SB3's rollout/train scalars, time/* (seconds per
+                                             rollout, split into env stepping and policy, and per learning
+                                             phase; env steps/s), eval/success_rate
     OUT/checkpoints/step_<n>/                n = SB3 timesteps (RL steps summed over the sub-envs):
         model.safetensors, config.json       the VLA after RL, self-contained (`vlagym eval --policy` loads it)
         sb3.zip                              SB3's save: policy (VLA, log-std, value head) and optimiser; its
@@ -726,6 +727,7 @@ class _RunCallback(BaseCallback):
         self._last_ckpt = self._last_eval = start
         self._bar = None
         self._t_rollout = self._t_rollout_end = None
+        self._env_s_at_start = 0.0
         self._t_last = time.perf_counter()
         self._rollout_env_steps = 0
         # Only a resumed run's own checkpoint counts: a fresh run rewrites whatever an old run left in OUT.
@@ -761,19 +763,28 @@ class _RunCallback(BaseCallback):
             return False  # SB3 ends learn(); the final checkpoint and evaluation follow
         return True
 
+    def _env_seconds(self) -> float:
+        return float(getattr(self.training_env, "seconds", 0.0))  # TimedVecEnv, under SB3's own wrappers
+
     def _on_rollout_start(self) -> None:
         now = time.perf_counter()
         if self._t_rollout_end is not None:
             self.logger.record("time/learn_s", now - self._t_rollout_end)
-        self._t_rollout = now
+        self.maybe_save()  # before the rollout clock starts: evaluations are neither rollout nor learning
+        self._t_rollout = time.perf_counter()
+        self._env_s_at_start = self._env_seconds()
         self._rollout_env_steps = 0
-        self.maybe_save()
 
     def _on_rollout_end(self) -> None:
         now = time.perf_counter()
         if self._t_rollout is not None and now > self._t_rollout:
             seconds = now - self._t_rollout
+            env_s = self._env_seconds() - self._env_s_at_start
             self.logger.record("time/rollout_s", seconds)
+            # the rollout split: stepping the envs (simulation, rendering, wrappers) vs the rest (policy inference,
+            # SB3's buffer and callbacks)
+            self.logger.record("time/rollout_env_s", env_s)
+            self.logger.record("time/rollout_policy_s", seconds - env_s)
             self.logger.record("time/env_steps_per_s", self._rollout_env_steps / seconds)
         self.logger.record("time/env_steps", self.progress.env_steps)
         self._t_rollout_end = now
