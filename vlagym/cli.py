@@ -721,7 +721,7 @@ _RL_OPTIONS = (
     "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
     "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
     "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
-    "max_minutes",
+    "max_minutes", "reward_scale",
 )  # fmt: skip
 
 
@@ -995,6 +995,12 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
     p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
     p.add_argument("--reward", default=None, help="sparse or dense (default: sparse post-training, dense from scratch)")
+    p.add_argument(
+        "--reward-scale",
+        type=float,
+        default=None,
+        help="multiplies each RL step's reward (default: 1/chunk for dense, the mean per-step reward; else 1)",
+    )
     p.add_argument("--max-episode-steps", type=int, default=None, help="training time limit (default: the task's)")
     p.add_argument("--chunk-size", type=int, default=None, help="from scratch: actions per RL step (default: 1)")
     p.add_argument("--n-steps", type=int, default=None, help="PPO: RL steps per sub-env per rollout (default: 32)")

@@ -162,3 +162,25 @@ def test_vec_env_adds_up_its_stepping_time():
 def test_unknown_vectorization():
     with pytest.raises(ValueError, match="vectorization"):
         make_vec_env(lambda: _Recorder(), 1, "threads")
+
+
+def test_reward_scale_multiplies_the_chunk_reward():
+    """A dense chunk's summed reward times `reward_scale`: 1/K makes it the mean per-step reward."""
+    kwargs = {"obs_mode": "state", "reward_mode": "dense"}
+    plain, scaled = (make_rl_env(TASK, kwargs, chunk_size=4, reward_scale=k) for k in (1.0, 0.25))
+    try:
+        plain.reset(seed=3)
+        scaled.reset(seed=3)
+        action = np.zeros(plain.action_space.shape, np.float32)
+        _, r_plain, *_ = plain.step(action)
+        _, r_scaled, *_ = scaled.step(action)
+        assert r_plain > 0 and r_scaled == pytest.approx(0.25 * r_plain)
+    finally:
+        plain.close()
+        scaled.close()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_reward_scale_must_be_positive(bad):
+    with pytest.raises(ValueError, match="reward_scale"):
+        make_rl_env(TASK, {"obs_mode": "state"}, chunk_size=1, reward_scale=bad)

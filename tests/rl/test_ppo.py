@@ -277,6 +277,8 @@ def test_dense_training_episodes_run_past_success_and_evaluation_keeps_the_task_
     finally:
         run.model.env.close()
     assert not {"reward_mode", "terminate_on_success"} & set(run.eval_env_kwargs)
+    # dense: a chunk's reward is its mean per-step reward; sparse keeps the success reward 1
+    assert cfg.reward_scale == (1.0 / cfg.chunk_size if reward == "dense" else 1.0)
 
 
 def test_train_env_kwargs_keep_a_users_terminate_on_success():

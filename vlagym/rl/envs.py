@@ -4,6 +4,7 @@ SB3 takes neither `Text` spaces nor nested `Dict`s. `make_rl_env` builds, per su
 
     gym.make(task)  (its TimeLimit inside)
     -> ActionChunking(K)           one RL step = K control steps; truncation passes through
+    -> TransformReward             x reward_scale (only when it is not 1)
     -> NormalizedChunkAction       flat (K*A,) normalised chunk -> (K, A) env units, clipped to the bounds;
                                    with `binary_gripper` the gripper entry is snapped to +-1, as `vlagym eval`
     -> LanguageTokens              instruction text -> (max_tokens,) token ids      (image observations only)
@@ -134,10 +135,14 @@ def make_rl_env(
     tokenizer: Tokenizer | None = None,
     max_tokens: int = 16,
     binary_gripper: bool = False,
+    reward_scale: float = 1.0,
 ) -> gym.Env:
     """One sub-env of training (see the module docstring). Without `action_offset`/`action_scale` the actions
     are the env's own (flattened chunk); image observations need a `tokenizer`. `binary_gripper` snaps the
-    gripper entry of normalised chunks to +-1 (`NormalizedChunkAction`)."""
+    gripper entry of normalised chunks to +-1 (`NormalizedChunkAction`). `reward_scale` multiplies each RL
+    step's (chunk-summed) reward, before `Monitor` (whose episode returns are then scaled too)."""
+    if not (np.isfinite(reward_scale) and reward_scale > 0):
+        raise ValueError(f"reward_scale must be finite and positive, got {reward_scale!r}")
     if binary_gripper and action_offset is None and action_scale is None:
         raise ValueError("binary_gripper applies to normalised chunk actions: give action_offset/action_scale")
     kwargs = dict(env_kwargs)
@@ -145,6 +150,8 @@ def make_rl_env(
         kwargs["max_episode_steps"] = max_episode_steps
     env = gym.make(env_id, **kwargs)
     env = ActionChunking(env, chunk_size)
+    if reward_scale != 1.0:
+        env = gym.wrappers.TransformReward(env, lambda r: float(r) * reward_scale)
     if action_offset is None and action_scale is None:
         env = FlatChunkAction(env)
     else:

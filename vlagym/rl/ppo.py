@@ -135,6 +135,9 @@ class RLConfig:
     """"sync" (SB3's DummyVecEnv) or "async" (SubprocVecEnv, one process per sub-env)"""
     reward: str | None = None
     """"sparse" (success) or "dense" (the task's staged reward); None: sparse for post-training, dense from scratch"""
+    reward_scale: float | None = None
+    """multiplies the reward of each RL step (a chunk's summed reward) in training; None: 1 / chunk_size for a
+    dense reward (the mean per-step reward, in [0, 1], so returns stay O(1) for the value head), else 1"""
     max_episode_steps: int | None = None
     """training time limit in control steps; None: the task's registered one (evaluation always uses that)"""
     chunk_size: int | None = None
@@ -277,6 +280,8 @@ class RLConfig:
             check_int("batch_size", self.batch_size, 2)
         if self.lr is not None:
             check_float("lr", self.lr, 0.0, low_open=True)
+        if self.reward_scale is not None:
+            check_float("reward_scale", self.reward_scale, 0.0, low_open=True)
         if self.target_kl is not None:
             check_float("target_kl", self.target_kl, 0.0, low_open=True)
         check_float("critic_lr", self.critic_lr, 0.0, low_open=True)
@@ -311,6 +316,8 @@ class RLConfig:
             self.chunk_size = steps
         elif self.chunk_size is None:
             self.chunk_size = 1
+        if self.reward_scale is None:
+            self.reward_scale = 1.0 / self.chunk_size if self.reward == "dense" else 1.0
         if self.algo == "ppo" and self.batch_size > self.n_steps * self.n_envs:
             raise ValueError(
                 f"batch_size={self.batch_size} is larger than a rollout "
@@ -460,6 +467,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
         bc.tokenizer,
         pc.max_tokens,
         pc.binary_gripper,  # act as `vlagym eval` will: the same gripper decode
+        cfg.reward_scale,
     )
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
     vla_meta = {k: meta[k] for k in META_KEYS}
@@ -505,7 +513,9 @@ def _ppo_kwargs(cfg: RLConfig) -> dict[str, Any]:
 
 def _scratch_run(cfg: RLConfig) -> _Run:
     kwargs = train_env_kwargs(cfg.reward, {**cfg.env_kwargs, "obs_mode": "state"})
-    factory = functools.partial(make_rl_env, cfg.task, kwargs, cfg.chunk_size, cfg.max_episode_steps)
+    factory = functools.partial(
+        make_rl_env, cfg.task, kwargs, cfg.chunk_size, cfg.max_episode_steps, reward_scale=cfg.reward_scale
+    )
     env = make_vec_env(factory, cfg.n_envs, cfg.vectorization)
     if cfg.algo == "sac":
         model = SAC(
