@@ -61,6 +61,7 @@ def test_language_controls_of_the_expert(bundle_dir):
     assert "## Language controls" in md and "| correct | empty | swapped |" in md
 
 
+@pytest.mark.smoke  # the suite -> bundle -> report.html pipeline end to end
 def test_heatmap_and_self_contained_report(bundle_dir):
     assert (bundle_dir / "heatmap.png").read_bytes().startswith(b"\x89PNG")
     page = (bundle_dir / "report.html").read_text()
