@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from vlagym.io import atomic_write_json
+from vlagym.policies.config import VLAConfig
 
 logger = logging.getLogger(__name__)
 
-CHUNK_SIZE = 10  # the policy's default chunk (VLAConfig.chunk_size)
+CHUNK_SIZE = VLAConfig.chunk_size  # the policy's default chunk: the quickstart trains with it
 
 
 @dataclass
