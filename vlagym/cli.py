@@ -721,7 +721,7 @@ _RL_OPTIONS = (
     "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
     "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
     "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
-    "max_minutes", "reward_scale",
+    "max_minutes", "reward_scale", "actor_layers",
 )  # fmt: skip
 
 
@@ -995,6 +995,11 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
     p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
     p.add_argument("--reward", default=None, help="sparse or dense (default: sparse post-training, dense from scratch)")
+    p.add_argument(
+        "--actor-layers",
+        default=None,
+        help="post-training: all (the whole VLA learns) or head (trunk frozen; default: all)",
+    )
     p.add_argument(
         "--reward-scale",
         type=float,

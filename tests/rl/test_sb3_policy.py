@@ -111,3 +111,30 @@ def test_feature_critic_does_not_train_the_vla(bc_checkpoint, tmp_path):
 def test_flow_head_is_refused(flow_checkpoint, tmp_path):
     with pytest.raises(ValueError, match="'l1' head"):
         RLConfig(policy=str(flow_checkpoint), out=str(tmp_path))
+
+
+def test_head_only_actor_moves_the_head_and_nothing_else(bc_checkpoint, tmp_path):
+    """actor_layers="head": PPO updates change the action head (and log-std), never the encoders or trunk, and
+    the BC penalty's shortcut (the BC head on the shared frozen features) equals the full BC forward."""
+    run = _run(bc_checkpoint, tmp_path, actor_layers="head", bc_coef=0.1, critic_warmup_steps=0, n_epochs=2)
+    policy = run.model.policy
+    before = {k: v.clone() for k, v in policy.vla.state_dict().items()}
+    run.model.env.seed(0)
+    obs_tensor, _ = policy.obs_to_tensor(run.model.env.reset())
+    features = policy.extract_features(obs_tensor)
+    assert not features.requires_grad  # the frozen trunk keeps no graph
+    torch.testing.assert_close(run.model._reference_mean(obs_tensor, features), run.model._reference_mean(obs_tensor))
+    try:
+        run.model.learn(total_timesteps=8)
+    finally:
+        run.model.env.close()
+    after = policy.vla.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("head.") for k in changed), sorted(changed)
+
+
+def test_actor_layers_must_be_known(bc_checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="actor_layers"):
+        RLConfig(policy=str(bc_checkpoint), out=str(tmp_path), actor_layers="trunk")
+    with pytest.raises(ValueError, match="actor_layers applies to post-training"):
+        RLConfig(from_scratch=True, task=TASK, out=str(tmp_path), actor_layers="head")

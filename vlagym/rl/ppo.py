@@ -74,7 +74,7 @@ from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.envs import VECTORIZATION_MODES, make_rl_env, make_vec_env
-from vlagym.rl.sb3_policy import META_KEYS, VLAActorCriticPolicy, check_rl_config
+from vlagym.rl.sb3_policy import ACTOR_LAYERS, META_KEYS, VLAActorCriticPolicy, check_rl_config
 from vlagym.train.bc import preserved_rng, rng_state, seed_everything, set_rng_state
 
 logger = logging.getLogger(__name__)
@@ -168,6 +168,9 @@ class RLConfig:
     """PPO: stop an update's epochs early when the approximate KL exceeds 1.5 x this (None: never)"""
     log_std_init: float = -2.0
     """post-training: initial log-std of the Gaussian around the BC chunk (normalised units)"""
+    actor_layers: str = "all"
+    """post-training: "all" (every VLA weight learns) or "head" (encoders and trunk frozen, only the action head
+    and log-std learn: updates cost a forward pass of the trunk, not a backward one)"""
     critic_state: bool = True
     """post-training: the value head reads the privileged state (env obs_mode "rgb+state"); else VLA features"""
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
@@ -218,7 +221,7 @@ class RLConfig:
                 raise ValueError("give either a BC checkpoint (policy) or from_scratch=True, not both")
             if not self.task:
                 raise ValueError("from_scratch needs a task")
-            for name, neutral in (("bc_coef", 0.0), ("critic_warmup_steps", 0)):
+            for name, neutral in (("bc_coef", 0.0), ("critic_warmup_steps", 0), ("actor_layers", "all")):
                 if getattr(self, name) != neutral:
                     raise ValueError(f"{name} applies to post-training of a BC checkpoint, not from_scratch runs")
             return
@@ -251,6 +254,8 @@ class RLConfig:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.reward is not None and self.reward not in REWARDS:
             raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
+        if self.actor_layers not in ACTOR_LAYERS:
+            raise ValueError(f"actor_layers must be one of {list(ACTOR_LAYERS)}, got {self.actor_layers!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
 
@@ -359,9 +364,14 @@ class VLAPPO(PPO):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_reference"]
 
-    def _reference_mean(self, obs: Any) -> torch.Tensor:
+    def _reference_mean(self, obs: Any, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The BC policy's action mean on `obs`; with a frozen trunk (actor_layers="head") the policy's
+        `features` are the BC trunk's, so only the BC head runs."""
         if self._reference is None:
             raise RuntimeError("bc_coef > 0 needs the BC policy: call set_reference(vla) before learning")
+        if features is not None and self.policy.actor_layers == "head":
+            with torch.no_grad():
+                return self._reference.head(features)[:, : self.policy.chunk_entries]
         extractor = self.policy.features_extractor
         with torch.no_grad():
             batch = extractor.batch(self.policy.preprocess(obs))
@@ -389,7 +399,7 @@ class VLAPPO(PPO):
                     entropy_loss = -ev.entropy.mean()
                     loss = loss + policy_loss + self.ent_coef * entropy_loss
                     if self.bc_coef > 0:
-                        bc_loss = (ev.mean - self._reference_mean(data.observations)).pow(2).mean()
+                        bc_loss = (ev.mean - self._reference_mean(data.observations, ev.features)).pow(2).mean()
                         loss = loss + self.bc_coef * bc_loss
                         logs["bc_loss"].append(bc_loss.item())
                     with torch.no_grad():
@@ -483,6 +493,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
             "critic_hidden": list(cfg.critic_hidden),
             "critic_lr": cfg.critic_lr,
             "log_std_init": cfg.log_std_init,
+            "actor_layers": cfg.actor_layers,
         },
     )
     model.policy.vla.load_state_dict(bc.state_dict(), strict=True)

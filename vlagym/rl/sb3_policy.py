@@ -35,6 +35,7 @@ from vlagym.wrappers.language import Tokenizer
 from vlagym.wrappers.normalize import NormStats
 
 META_KEYS = ("config", "tokenizer", "stats")
+ACTOR_LAYERS = ("all", "head")
 
 
 def vla_from_meta(meta: Mapping[str, Any]) -> VLAPolicy:
@@ -120,6 +121,8 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         critic_hidden: hidden widths of the value MLP.
         critic_lr: learning rate of the value head (None: the actor's).
         log_std_init: initial log-std of every chunk entry, in normalised action units.
+        actor_layers: "all" (the whole VLA learns) or "head" (encoders and trunk frozen at the BC weights and
+            run without a graph; only the action head and the log-std learn: a cheaper, more local update).
     """
 
     def __init__(
@@ -132,8 +135,12 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         critic_hidden: Sequence[int] = (256, 256),
         critic_lr: float | None = None,
         log_std_init: float = -2.0,
+        actor_layers: str = "all",
         **kwargs: Any,
     ):
+        if actor_layers not in ACTOR_LAYERS:
+            raise ValueError(f"actor_layers must be one of {list(ACTOR_LAYERS)}, got {actor_layers!r}")
+        self.actor_layers = actor_layers
         if kwargs.pop("use_sde", False):
             raise ValueError("the VLA policy does not support gSDE (use_sde=True)")
         for fixed in ("features_extractor_class", "features_extractor_kwargs", "share_features_extractor", "net_arch"):
@@ -173,6 +180,7 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
             critic_state=self.critic_state,
             critic_hidden=self.critic_hidden,
             critic_lr=self.critic_lr,
+            actor_layers=self.actor_layers,
         )
         return data
 
@@ -192,7 +200,10 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         self.log_std = nn.Parameter(torch.full((n,), float(self.log_std_init)))
         critic_in = self.observation_space["state"].shape[0] if self.critic_state else cfg.hidden_dim
         self.value_net = _value_mlp(critic_in, self.critic_hidden)
-        actor = [*self.vla.parameters(), self.log_std]
+        if self.actor_layers == "head":
+            self.vla.requires_grad_(False)
+            self.vla.head.requires_grad_(True)
+        actor = [*(p for p in self.vla.parameters() if p.requires_grad), self.log_std]
         base_lr = lr_schedule(1)
         critic_lr = base_lr if self.critic_lr is None else self.critic_lr
         self.optimizer = self.optimizer_class(
@@ -201,6 +212,12 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         )
 
     # ------------------------------------------------------------------ pieces
+    def extract_features(self, obs: PyTorchObs, features_extractor: BaseFeaturesExtractor | None = None) -> Tensor:
+        if self.actor_layers == "head":  # frozen trunk: no graph to keep
+            with torch.no_grad():
+                return super().extract_features(obs, features_extractor)
+        return super().extract_features(obs, features_extractor)
+
     def preprocess(self, obs: PyTorchObs) -> PyTorchObs:
         """SB3's preprocessing of raw observation tensors (images to floats in [0, 1]): what the extractor reads."""
         return preprocess_obs(obs, self.observation_space, normalize_images=self.normalize_images)
