@@ -57,6 +57,9 @@ def test_quick_run_writes_every_section(quick_run):
     assert {r["head"] for r in doc["sections"]["latency"]["rows"]} == {"l1", "flow"}
     runs = [r["run"] for r in doc["sections"]["ppo"]["rows"]]
     assert len(runs) == 2 and all(r["env_steps"] > 0 for r in doc["sections"]["ppo"]["rows"])
+    for row in doc["sections"]["ppo"]["rows"]:  # where training time goes: env steps, policy, updates
+        shares = [row[k] for k in ("env_share", "policy_share", "learn_share")]
+        assert all(0 < x < 1 for x in shares) and sum(shares) == pytest.approx(1.0)
     assert f"results: {path}" in stdout
 
 

@@ -825,6 +825,8 @@ def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
         [
             f"{b.bc_steps} steps of batch {b.batch_size}, {cfg.image_size} px, ImageAugment on, 0 DataLoader "
             f"workers, {cfg.threads} torch thread(s); samples/s between the first and the last logged step",
+            "time shares are fractions of rollouts + updates: env steps (simulation, rendering, wrappers), the "
+            "policy while collecting (inference, SB3's buffer), updates",
             passes_note(cfg.repeats) + ", each training anew",
         ],
     )
@@ -919,7 +921,16 @@ def ppo_rates(tb: Path) -> dict[str, float]:
     learn_s = np.array([v for _, v in s.get("time/learn_s", [])])
     k = len(learn_s)
     both = env_steps[:k].sum() / (rollout_s[:k].sum() + learn_s.sum()) if k else math.nan
-    return {"rollout_steps_per_s": float(env_steps.sum() / rollout_s.sum()), "train_steps_per_s": float(both)}
+    rates = {"rollout_steps_per_s": float(env_steps.sum() / rollout_s.sum()), "train_steps_per_s": float(both)}
+    # Where the time goes (fractions of rollouts + updates): stepping the envs (simulation, rendering,
+    # wrappers), the policy in the rollout (inference, SB3's buffer), the updates.
+    env_s = np.array([v for _, v in s.get("time/rollout_env_s", [])])
+    if k and len(env_s) == len(rollout_s):
+        total = rollout_s[:k].sum() + learn_s.sum()
+        rates["env_share"] = float(env_s[:k].sum() / total)
+        rates["policy_share"] = float((rollout_s[:k].sum() - env_s[:k].sum()) / total)
+        rates["learn_share"] = float(learn_s.sum() / total)
+    return rates
 
 
 def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
@@ -958,12 +969,17 @@ def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
             "env_steps": "env steps",
             "rollout_steps_per_s": "rollout env steps/s",
             "train_steps_per_s": "rollout + update env steps/s",
+            "env_share": "time: env steps",
+            "policy_share": "time: policy in rollout",
+            "learn_share": "time: updates",
         },
         rows,
         [
             f"{b.ppo_envs} sync sub-env(s), {b.ppo_n_steps} RL steps each per rollout, {b.ppo_iterations} "
             f"iterations, {sizes['n_epochs']} epoch(s) per update, on {cfg.device}; post-training executes a "
             "chunk of actions per RL step (env steps count actions)",
+            "time shares are fractions of rollouts + updates: env steps (simulation, rendering, wrappers), the "
+            "policy while collecting (inference, SB3's buffer), updates",
             passes_note(cfg.repeats) + ", each training anew",
         ],
     )
