@@ -994,7 +994,7 @@ def _add_train_rl_parser(sub) -> None:
     )
     p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
     p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
-    p.add_argument("--reward", default=None, help="sparse or dense (default: sparse post-training, dense from scratch)")
+    p.add_argument("--reward", default=None, help="dense or sparse (default: dense)")
     p.add_argument(
         "--actor-layers",
         default=None,
@@ -1008,21 +1008,36 @@ def _add_train_rl_parser(sub) -> None:
     )
     p.add_argument("--max-episode-steps", type=int, default=None, help="training time limit (default: the task's)")
     p.add_argument("--chunk-size", type=int, default=None, help="from scratch: actions per RL step (default: 1)")
-    p.add_argument("--n-steps", type=int, default=None, help="PPO: RL steps per sub-env per rollout (default: 32)")
-    p.add_argument("--batch-size", type=int, default=None, help="minibatch (default: 64 PPO, 256 SAC)")
+    p.add_argument(
+        "--n-steps",
+        type=int,
+        default=None,
+        help="PPO: RL steps per sub-env per rollout (default: 64 post-training, 32 from scratch)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="minibatch (default: 128 post-training, 64 PPO, 256 SAC)"
+    )
     p.add_argument("--n-epochs", type=int, default=None, help="PPO: epochs per rollout (default: 4)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 3e-5 post-training, else 3e-4)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 5e-6 post-training, else 3e-4)")
     p.add_argument("--critic-lr", type=float, default=None, help="post-training: value head lr (default: 3e-4)")
     p.add_argument("--gamma", type=float, default=None, help="discount per RL step (default: 0.99)")
     p.add_argument("--gae-lambda", type=float, default=None, help="PPO: GAE lambda (default: 0.95)")
     p.add_argument("--clip-range", type=float, default=None, help="PPO: ratio clipping (default: 0.2)")
     p.add_argument("--ent-coef", type=float, default=None, help="PPO: entropy bonus (default: 0)")
-    p.add_argument("--target-kl", type=float, default=None, help="PPO: early-stopping KL (default: none)")
+    p.add_argument(
+        "--target-kl",
+        type=float,
+        default=None,
+        help="PPO: early-stopping KL (default: 0.03 post-training, none from scratch)",
+    )
     p.add_argument("--log-std-init", type=float, default=None, help="post-training: initial log-std (default: -2)")
     p.add_argument("--no-critic-state", action="store_true", help="post-training: critic on VLA features, not state")
-    p.add_argument("--bc-coef", type=float, default=None, help="post-training: pull toward the BC mean (default: 0)")
+    p.add_argument("--bc-coef", type=float, default=None, help="post-training: pull toward the BC mean (default: 0.1)")
     p.add_argument(
-        "--critic-warmup-steps", type=int, default=None, help="post-training: timesteps of critic-only learning"
+        "--critic-warmup-steps",
+        type=int,
+        default=None,
+        help="post-training: timesteps of critic-only learning (default: 4096)",
     )
     p.add_argument("--buffer-size", type=int, default=None, help="SAC: replay buffer size (default: 300000)")
     p.add_argument("--learning-starts", type=int, default=None, help="SAC: random timesteps first (default: 1000)")

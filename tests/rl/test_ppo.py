@@ -59,7 +59,7 @@ def test_post_training_smoke_resume_and_eval(bc_checkpoint, tmp_path, in_tmp_dir
     assert any(not torch.equal(bc[k], moved[k]) for k in bc)
     curve = json.loads((out / "eval" / "curve.json").read_text())
     assert [p["timesteps"] for p in curve] == [16] and curve[0]["n"] == 2
-    assert (out / "tb").is_dir() and json.loads((out / "rl_config.json").read_text())["reward"] == "sparse"
+    assert (out / "tb").is_dir() and json.loads((out / "rl_config.json").read_text())["reward"] == "dense"
 
     resumed = train_rl(_post(bc_checkpoint, out, total_timesteps=24, resume=True))
     assert resumed["timesteps"] == 24 and resumed["env_steps"] == 24 * 4
@@ -236,7 +236,7 @@ def test_bad_config(bc_checkpoint, make, match):
 
 def test_config_round_trip(bc_checkpoint):
     cfg = RLConfig(policy=str(bc_checkpoint))
-    assert cfg.chunk_size == 4 and cfg.lr == 3e-5 and cfg.batch_size == 64
+    assert cfg.chunk_size == 4 and cfg.lr == 5e-6 and cfg.batch_size == 128
     assert RLConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="unknown RLConfig fields"):
         RLConfig.from_dict({**cfg.to_dict(), "lerning_rate": 1.0})
@@ -285,3 +285,15 @@ def test_train_env_kwargs_keep_a_users_terminate_on_success():
     assert train_env_kwargs("dense", {"terminate_on_success": True})["terminate_on_success"] is True
     assert train_env_kwargs("dense", {}) == {"reward_mode": "dense", "terminate_on_success": False}
     assert train_env_kwargs("sparse", {"num_cups": 1}) == {"num_cups": 1, "reward_mode": "sparse"}
+
+
+def test_defaults_depend_on_the_kind_of_run(bc_checkpoint, tmp_path):
+    """Post-training defaults are the measured-stable ones (small lr, a KL limit, BC pull, critic warmup);
+    from scratch keeps SB3-like ones and the post-training-only options neutral."""
+    post = RLConfig(policy=str(bc_checkpoint), out=str(tmp_path))
+    assert (post.lr, post.target_kl, post.n_steps, post.batch_size) == (5e-6, 0.03, 64, 128)
+    assert (post.bc_coef, post.critic_warmup_steps, post.reward) == (0.1, 4096, "dense")
+    scratch = RLConfig(from_scratch=True, task=TASK, out=str(tmp_path))
+    assert (scratch.lr, scratch.target_kl, scratch.n_steps, scratch.batch_size) == (3e-4, None, 32, 64)
+    assert (scratch.bc_coef, scratch.critic_warmup_steps, scratch.actor_layers) == (0.0, 0, "all")
+    assert RLConfig.from_dict(post.to_dict()) == post  # resolved values survive the round trip

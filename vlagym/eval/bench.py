@@ -948,7 +948,10 @@ def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
     }
     runs: dict[str, Callable[[str], Any]] = {
         "from scratch, MlpPolicy, state": lambda out: RLConfig(from_scratch=True, task=task, out=out, **sizes),
-        "post-training the VLA, rgb": lambda out: RLConfig(policy=str(work.bc_checkpoint()), out=out, **sizes),
+        # no critic warmup: every update here trains the actor, as after the warmup of a real run
+        "post-training the VLA, rgb": lambda out: RLConfig(
+            policy=str(work.bc_checkpoint()), out=out, critic_warmup_steps=0, **sizes
+        ),
     }
 
     def one_run(make: Callable[[str], Any]) -> dict[str, float]:

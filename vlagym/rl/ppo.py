@@ -88,9 +88,15 @@ SB3_NAME = "sb3.zip"
 LAST_NAME = "last.json"
 CURVE_NAME = "curve.json"
 RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "max_episode_steps", "render_mode")
-# Defaults that depend on the kind of run: (post-training, from scratch).
-DEFAULT_LR = {"post": 3e-5, "ppo": 3e-4, "sac": 3e-4}
-DEFAULT_BATCH = {"ppo": 64, "sac": 256}
+# Defaults that depend on the kind of run: "post" (post-training the VLA), "ppo"/"sac" (from scratch). The
+# post-training ones are the run measured stable on VLA-PickCup-v0 (issue 6): with lr 3e-5 and no KL limit each
+# update moved the 70-dimensional chunk Gaussian far (approximate KL 0.2-2) and success fell.
+DEFAULT_LR = {"post": 5e-6, "ppo": 3e-4, "sac": 3e-4}
+DEFAULT_BATCH = {"post": 128, "ppo": 64, "sac": 256}
+DEFAULT_N_STEPS = {"post": 64, "ppo": 32, "sac": 32}
+DEFAULT_TARGET_KL = {"post": 0.03, "ppo": None, "sac": None}
+POST_TRAINING_DEFAULTS = {"bc_coef": 0.1, "critic_warmup_steps": 4096}
+SCRATCH_NEUTRAL = {"bc_coef": 0.0, "critic_warmup_steps": 0, "actor_layers": "all"}
 
 
 def train_env_kwargs(reward: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -133,8 +139,8 @@ class RLConfig:
     """parallel sub-envs"""
     vectorization: str = "sync"
     """"sync" (SB3's DummyVecEnv) or "async" (SubprocVecEnv, one process per sub-env)"""
-    reward: str | None = None
-    """"sparse" (success) or "dense" (the task's staged reward); None: sparse for post-training, dense from scratch"""
+    reward: str = "dense"
+    """"dense" (the task's staged reward; training episodes run on past success) or "sparse" (1 on success)"""
     reward_scale: float | None = None
     """multiplies the reward of each RL step (a chunk's summed reward) in training; None: 1 / chunk_size for a
     dense reward (the mean per-step reward, in [0, 1], so returns stay O(1) for the value head), else 1"""
@@ -142,14 +148,14 @@ class RLConfig:
     """training time limit in control steps; None: the task's registered one (evaluation always uses that)"""
     chunk_size: int | None = None
     """actions per RL step; None: the checkpoint's n_action_steps (post-training, the only value allowed) or 1"""
-    n_steps: int = 32
-    """PPO: RL steps per sub-env per rollout"""
+    n_steps: int | None = None
+    """PPO: RL steps per sub-env per rollout; None: 64 post-training, 32 from scratch"""
     batch_size: int | None = None
-    """minibatch size; None: 64 for PPO, 256 for SAC"""
+    """minibatch size; None: 128 post-training, 64 PPO and 256 SAC from scratch"""
     n_epochs: int = 4
     """PPO: passes over each rollout"""
     lr: float | None = None
-    """learning rate (post-training: of the actor, VLA and log-std); None: 3e-5 post-training, 3e-4 from scratch"""
+    """learning rate (post-training: of the actor, VLA and log-std); None: 5e-6 post-training, 3e-4 from scratch"""
     critic_lr: float = 3e-4
     """post-training: learning rate of the value head"""
     gamma: float = 0.99
@@ -165,7 +171,8 @@ class RLConfig:
     max_grad_norm: float = 0.5
     """PPO: gradient norm clipping"""
     target_kl: float | None = None
-    """PPO: stop an update's epochs early when the approximate KL exceeds 1.5 x this (None: never)"""
+    """PPO: stop an update's epochs early when the approximate KL exceeds 1.5 x this; None: 0.03 post-training,
+    never from scratch (a large value turns it off)"""
     log_std_init: float = -2.0
     """post-training: initial log-std of the Gaussian around the BC chunk (normalised units)"""
     actor_layers: str = "all"
@@ -175,10 +182,12 @@ class RLConfig:
     """post-training: the value head reads the privileged state (env obs_mode "rgb+state"); else VLA features"""
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
     """post-training: hidden widths of the value MLP"""
-    bc_coef: float = 0.0
-    """post-training: weight of the squared distance between the action mean and the BC policy's (0: off)"""
-    critic_warmup_steps: int = 0
-    """post-training: timesteps during which only the value head learns (the actor is frozen)"""
+    bc_coef: float | None = None
+    """post-training: weight of the squared distance between the action mean and the BC policy's (0: off);
+    None: 0.1 (0 from scratch, the only value allowed there)"""
+    critic_warmup_steps: int | None = None
+    """post-training: timesteps during which only the value head learns (the actor is frozen); None: 4096 (0 from
+    scratch, the only value allowed there)"""
     buffer_size: int = 300_000
     """SAC: replay buffer size"""
     learning_starts: int = 1000
@@ -221,8 +230,8 @@ class RLConfig:
                 raise ValueError("give either a BC checkpoint (policy) or from_scratch=True, not both")
             if not self.task:
                 raise ValueError("from_scratch needs a task")
-            for name, neutral in (("bc_coef", 0.0), ("critic_warmup_steps", 0), ("actor_layers", "all")):
-                if getattr(self, name) != neutral:
+            for name, neutral in SCRATCH_NEUTRAL.items():
+                if getattr(self, name) not in (None, neutral):
                     raise ValueError(f"{name} applies to post-training of a BC checkpoint, not from_scratch runs")
             return
         if not self.policy:
@@ -252,7 +261,7 @@ class RLConfig:
             raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
-        if self.reward is not None and self.reward not in REWARDS:
+        if self.reward not in REWARDS:
             raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
         if self.actor_layers not in ACTOR_LAYERS:
             raise ValueError(f"actor_layers must be one of {list(ACTOR_LAYERS)}, got {self.actor_layers!r}")
@@ -265,9 +274,7 @@ class RLConfig:
         for name, low in (
             ("total_timesteps", 1),
             ("n_envs", 1),
-            ("n_steps", 1),
             ("n_epochs", 1),
-            ("critic_warmup_steps", 0),
             ("buffer_size", 1),
             ("learning_starts", 0),
             ("seed", 0),
@@ -278,9 +285,11 @@ class RLConfig:
             ("checkpoint_every", 0),
         ):
             check_int(name, getattr(self, name), low)
-        for name in ("max_episode_steps", "chunk_size", "torch_threads"):
+        for name, low in (("max_episode_steps", 1), ("chunk_size", 1), ("torch_threads", 1), ("n_steps", 1)):
             if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), 1)
+                check_int(name, getattr(self, name), low)
+        if self.critic_warmup_steps is not None:
+            check_int("critic_warmup_steps", self.critic_warmup_steps, 0)
         if self.batch_size is not None:
             check_int("batch_size", self.batch_size, 2)
         if self.lr is not None:
@@ -295,7 +304,8 @@ class RLConfig:
         check_float("clip_range", self.clip_range, 0.0, low_open=True)
         check_float("max_grad_norm", self.max_grad_norm, 0.0, low_open=True)
         for name in ("ent_coef", "vf_coef", "bc_coef"):
-            check_float(name, getattr(self, name), 0.0)
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name), 0.0)
         check_float("log_std_init", self.log_std_init, -20.0, 2.0)
         self.critic_hidden = list(self.critic_hidden)
         for w in self.critic_hidden:
@@ -305,12 +315,18 @@ class RLConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     def _resolve_defaults(self) -> None:
-        if self.reward is None:
-            self.reward = "dense" if self.from_scratch else "sparse"
+        kind = self.algo if self.from_scratch else "post"
         if self.lr is None:
-            self.lr = DEFAULT_LR[self.algo if self.from_scratch else "post"]
+            self.lr = DEFAULT_LR[kind]
         if self.batch_size is None:
-            self.batch_size = DEFAULT_BATCH[self.algo]
+            self.batch_size = DEFAULT_BATCH[kind]
+        if self.n_steps is None:
+            self.n_steps = DEFAULT_N_STEPS[kind]
+        if self.target_kl is None:
+            self.target_kl = DEFAULT_TARGET_KL[kind]
+        for name, value in (SCRATCH_NEUTRAL if self.from_scratch else POST_TRAINING_DEFAULTS).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         if not self.from_scratch:
             steps = read_checkpoint_config(self.policy)["config"]["n_action_steps"]
             if self.chunk_size not in (None, steps):
