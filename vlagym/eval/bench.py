@@ -825,8 +825,6 @@ def bench_bc(cfg: BenchConfig, work: _Work) -> Table:
         [
             f"{b.bc_steps} steps of batch {b.batch_size}, {cfg.image_size} px, ImageAugment on, 0 DataLoader "
             f"workers, {cfg.threads} torch thread(s); samples/s between the first and the last logged step",
-            "time shares are fractions of rollouts + updates: env steps (simulation, rendering, wrappers), the "
-            "policy while collecting (inference, SB3's buffer), updates",
             passes_note(cfg.repeats) + ", each training anew",
         ],
     )
