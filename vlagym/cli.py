@@ -721,7 +721,7 @@ _RL_OPTIONS = (
     "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
     "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
     "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
-    "max_minutes", "reward_scale", "actor_layers",
+    "max_minutes", "reward_scale", "actor_layers", "log_std_lr",
 )  # fmt: skip
 
 
@@ -995,6 +995,9 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--n-envs", type=int, default=None, help="parallel sub-envs (default: 4)")
     p.add_argument("--vectorization", default=None, help="sync or async (default: sync)")
     p.add_argument("--reward", default=None, help="dense or sparse (default: dense)")
+    p.add_argument(
+        "--log-std-lr", type=float, default=None, help="post-training: log-std learning rate (default: the actor's)"
+    )
     p.add_argument(
         "--actor-layers",
         default=None,

@@ -138,3 +138,16 @@ def test_actor_layers_must_be_known(bc_checkpoint, tmp_path):
         RLConfig(policy=str(bc_checkpoint), out=str(tmp_path), actor_layers="trunk")
     with pytest.raises(ValueError, match="actor_layers applies to post-training"):
         RLConfig(from_scratch=True, task=TASK, out=str(tmp_path), actor_layers="head")
+
+
+def test_log_std_lr_gets_its_own_param_group(bc_checkpoint, tmp_path):
+    """Without log_std_lr the log-std learns at the actor's lr (two groups, as before); with it, a third group."""
+    plain = _run(bc_checkpoint, tmp_path / "a")
+    groups = plain.model.policy.optimizer.param_groups
+    assert len(groups) == 2 and any(p is plain.model.policy.log_std for p in groups[0]["params"])
+    plain.model.env.close()
+    own = _run(bc_checkpoint, tmp_path / "b", log_std_lr=1e-3)
+    groups = own.model.policy.optimizer.param_groups
+    assert len(groups) == 3 and groups[2]["lr"] == 1e-3 and groups[2]["params"] == [own.model.policy.log_std]
+    assert not any(p is own.model.policy.log_std for p in groups[0]["params"])
+    own.model.env.close()

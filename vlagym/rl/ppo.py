@@ -158,6 +158,8 @@ class RLConfig:
     """learning rate (post-training: of the actor, VLA and log-std); None: 5e-6 post-training, 3e-4 from scratch"""
     critic_lr: float = 3e-4
     """post-training: learning rate of the value head"""
+    log_std_lr: float | None = None
+    """post-training: learning rate of the log-std; None: the actor's (`lr`), at which it barely moves"""
     gamma: float = 0.99
     """discount per RL step (per chunk)"""
     gae_lambda: float = 0.95
@@ -269,8 +271,6 @@ class RLConfig:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
 
     def _check_numbers(self) -> None:
-        if self.max_minutes is not None:
-            check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         for name, low in (
             ("total_timesteps", 1),
             ("n_envs", 1),
@@ -285,19 +285,21 @@ class RLConfig:
             ("checkpoint_every", 0),
         ):
             check_int(name, getattr(self, name), low)
-        for name, low in (("max_episode_steps", 1), ("chunk_size", 1), ("torch_threads", 1), ("n_steps", 1)):
+        # options where None means "the default of this kind of run" (or "none")
+        optional_ints = (
+            ("max_episode_steps", 1),
+            ("chunk_size", 1),
+            ("torch_threads", 1),
+            ("n_steps", 1),
+            ("critic_warmup_steps", 0),
+            ("batch_size", 2),
+        )
+        for name, low in optional_ints:
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), low)
-        if self.critic_warmup_steps is not None:
-            check_int("critic_warmup_steps", self.critic_warmup_steps, 0)
-        if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, 2)
-        if self.lr is not None:
-            check_float("lr", self.lr, 0.0, low_open=True)
-        if self.reward_scale is not None:
-            check_float("reward_scale", self.reward_scale, 0.0, low_open=True)
-        if self.target_kl is not None:
-            check_float("target_kl", self.target_kl, 0.0, low_open=True)
+        for name in ("max_minutes", "lr", "reward_scale", "target_kl", "log_std_lr"):
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name), 0.0, low_open=True)
         check_float("critic_lr", self.critic_lr, 0.0, low_open=True)
         check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
@@ -508,6 +510,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
             "critic_state": cfg.critic_state,
             "critic_hidden": list(cfg.critic_hidden),
             "critic_lr": cfg.critic_lr,
+            "log_std_lr": cfg.log_std_lr,
             "log_std_init": cfg.log_std_init,
             "actor_layers": cfg.actor_layers,
         },

@@ -120,6 +120,8 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         critic_state: the value head reads the ``"state"`` observation (the env must be ``obs_mode="rgb+state"``).
         critic_hidden: hidden widths of the value MLP.
         critic_lr: learning rate of the value head (None: the actor's).
+        log_std_lr: learning rate of the log-std (None: the actor's, in the actor's param group); with a small
+            actor lr the std barely moves, a larger one lets PPO widen or narrow its exploration per entry.
         log_std_init: initial log-std of every chunk entry, in normalised action units.
         actor_layers: "all" (the whole VLA learns) or "head" (encoders and trunk frozen at the BC weights and
             run without a graph; only the action head and the log-std learn: a cheaper, more local update).
@@ -134,6 +136,7 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         critic_state: bool = False,
         critic_hidden: Sequence[int] = (256, 256),
         critic_lr: float | None = None,
+        log_std_lr: float | None = None,
         log_std_init: float = -2.0,
         actor_layers: str = "all",
         **kwargs: Any,
@@ -153,6 +156,7 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         self.critic_state = bool(critic_state)
         self.critic_hidden = [int(w) for w in critic_hidden]
         self.critic_lr = critic_lr
+        self.log_std_lr = log_std_lr
         super().__init__(
             observation_space,
             action_space,
@@ -180,6 +184,7 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
             critic_state=self.critic_state,
             critic_hidden=self.critic_hidden,
             critic_lr=self.critic_lr,
+            log_std_lr=self.log_std_lr,
             actor_layers=self.actor_layers,
         )
         return data
@@ -203,11 +208,16 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         if self.actor_layers == "head":
             self.vla.requires_grad_(False)
             self.vla.head.requires_grad_(True)
-        actor = [*(p for p in self.vla.parameters() if p.requires_grad), self.log_std]
+        actor = [p for p in self.vla.parameters() if p.requires_grad]
         base_lr = lr_schedule(1)
         critic_lr = base_lr if self.critic_lr is None else self.critic_lr
         self.optimizer = self.optimizer_class(
-            [{"params": actor, "lr": base_lr}, {"params": list(self.value_net.parameters()), "lr": critic_lr}],
+            [
+                {"params": actor if self.log_std_lr is not None else [*actor, self.log_std], "lr": base_lr},
+                {"params": list(self.value_net.parameters()), "lr": critic_lr},
+                # a third group only when asked for, so optimiser states saved without it still load
+                *([{"params": [self.log_std], "lr": self.log_std_lr}] if self.log_std_lr is not None else []),
+            ],
             **self.optimizer_kwargs,
         )
 
