@@ -88,6 +88,7 @@ from vlagym.train.quickstart import QuickstartConfig
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick
+    from vlagym.rl.filtered_bc import FilteredBCConfig
     from vlagym.rl.ppo import RLConfig
     from vlagym.train.bc import BCConfig
 
@@ -725,23 +726,76 @@ _RL_OPTIONS = (
 )  # fmt: skip
 
 
-def train_rl_config(args: argparse.Namespace) -> RLConfig:
-    """The `RLConfig` of `vlagym train-rl` arguments; options left out keep the config's defaults."""
+# the options of --algo filtered-bc (FilteredBCConfig fields); the other options of train-rl are PPO's and SAC's
+_FBC_OPTIONS = (
+    "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
+    "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
+    "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds",
+)  # fmt: skip
+_FBC_ONLY = (
+    "rounds",
+    "episodes_per_round",
+    "updates_per_round",
+    "noise_std",
+    "demos",
+    "demo_fraction",
+    "buffer_rounds",
+)
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _env_kwargs_arg(text: str) -> dict[str, Any]:
+    try:
+        env_kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {text!r}") from e
+    if not isinstance(env_kwargs, dict):
+        raise UserError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return env_kwargs
+
+
+def filtered_bc_config(args: argparse.Namespace) -> FilteredBCConfig:
+    """The `FilteredBCConfig` of `vlagym train-rl --algo filtered-bc` arguments."""
+    from vlagym.rl.filtered_bc import FilteredBCConfig
+
+    if args.from_scratch or args.policy is None:
+        raise UserError("--algo filtered-bc post-trains a BC checkpoint: give --policy DIR (not --from-scratch)")
+    foreign = [name for name in _RL_OPTIONS if name not in _FBC_OPTIONS and getattr(args, name) is not None]
+    foreign += ["no_critic_state"] if args.no_critic_state else []
+    if foreign:
+        raise UserError(f"{', '.join(map(_option, foreign))} do(es) not apply to --algo filtered-bc")
+    kwargs: dict[str, Any] = {name: getattr(args, name) for name in _FBC_OPTIONS if getattr(args, name) is not None}
+    if "task" in kwargs:
+        kwargs["task"] = check_task(kwargs["task"])
+    try:
+        return FilteredBCConfig(
+            **kwargs, env_kwargs=_env_kwargs_arg(args.env_kwargs), resume=args.resume, progress=not args.no_progress
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def train_rl_config(args: argparse.Namespace) -> RLConfig | FilteredBCConfig:
+    """The config of `vlagym train-rl` arguments (`FilteredBCConfig` for --algo filtered-bc, else `RLConfig`);
+    options left out keep the config's defaults."""
     from vlagym.rl.ppo import RLConfig
 
+    if args.algo == "filtered-bc":
+        return filtered_bc_config(args)
     if args.policy is None and not args.from_scratch:
         raise UserError("give a BC checkpoint (--policy DIR) or --from-scratch --task TASK")
+    foreign = [name for name in _FBC_ONLY if getattr(args, name) is not None]
+    if foreign:
+        raise UserError(f"{', '.join(map(_option, foreign))} apply only to --algo filtered-bc")
     kwargs: dict[str, Any] = {
         _RL_RENAMES.get(name, name): getattr(args, name) for name in _RL_OPTIONS if getattr(args, name) is not None
     }
     if "task" in kwargs:
         kwargs["task"] = check_task(kwargs["task"])
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {args.env_kwargs!r}") from e
-    if not isinstance(env_kwargs, dict):
-        raise UserError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    env_kwargs = _env_kwargs_arg(args.env_kwargs)
     try:
         return RLConfig(
             **kwargs,
@@ -755,9 +809,31 @@ def train_rl_config(args: argparse.Namespace) -> RLConfig:
         raise UserError(str(e)) from e
 
 
-def run_train_rl(cfg: RLConfig) -> int:
+def run_filtered_bc(cfg: FilteredBCConfig) -> int:
+    from vlagym.rl.filtered_bc import CONFIG_NAME, CURVE_NAME, train_filtered_bc
+
+    try:
+        result = train_filtered_bc(cfg)
+    except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
+        if isinstance(e, TypeError) and not cfg.env_kwargs:
+            raise
+        raise UserError(str(e)) from e
+    out = Path(cfg.out)
+    print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps collected")
+    if result["success_rate"] is not None:
+        print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
+        print(f"learning curve: {out / 'eval' / CURVE_NAME}")
+    print(f"checkpoint: {result['checkpoint']}")
+    print(f"config: {out / CONFIG_NAME}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
+    return EXIT_OK
+
+
+def run_train_rl(cfg: RLConfig | FilteredBCConfig) -> int:
+    from vlagym.rl.filtered_bc import FilteredBCConfig
     from vlagym.rl.ppo import CONFIG_NAME, CURVE_NAME, train_rl
 
+    if isinstance(cfg, FilteredBCConfig):
+        return run_filtered_bc(cfg)
     try:
         result = train_rl(cfg)
     except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
@@ -984,7 +1060,11 @@ def _add_train_rl_parser(sub) -> None:
     # No defaults here (None = RLConfig's), so that building the parser does not import torch.
     p.add_argument("--policy", default=None, metavar="DIR", help="BC checkpoint folder to post-train")
     p.add_argument("--from-scratch", action="store_true", help="an RL baseline from scratch on state observations")
-    p.add_argument("--algo", default=None, help="ppo or sac (sac from scratch only; default: ppo)")
+    p.add_argument(
+        "--algo",
+        default=None,
+        help="ppo, sac (from scratch only) or filtered-bc (post-training by success-filtered BC rounds; default: ppo)",
+    )
     p.add_argument("--task", default=None, help="task id (default: the checkpoint's; required from scratch)")
     p.add_argument("--env-kwargs", default="{}", help="JSON object of extra env kwargs, e.g. '{\"num_cups\": 1}'")
     p.add_argument("--out", default=None, help="run folder (default: runs/rl)")
@@ -1045,12 +1125,28 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--buffer-size", type=int, default=None, help="SAC: replay buffer size (default: 300000)")
     p.add_argument("--learning-starts", type=int, default=None, help="SAC: random timesteps first (default: 1000)")
     p.add_argument("--seed", type=int, default=None, help="(default: 0)")
-    p.add_argument("--eval-every", type=int, default=None, help="evaluate every N timesteps, and at the end")
+    p.add_argument(
+        "--eval-every", type=int, default=None, help="evaluate every N timesteps (filtered-bc: rounds), and at the end"
+    )
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (default: 20)")
     p.add_argument("--eval-num-envs", type=int, default=None, help="parallel sub-envs of evaluations (default: 1)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="timesteps (default: 0, only at the end)")
     p.add_argument("--device", default=None, help="auto, cpu or cuda (default: auto)")
     p.add_argument("--torch-threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    g = p.add_argument_group("--algo filtered-bc (defaults: vlagym.rl.filtered_bc.FilteredBCConfig)")
+    g.add_argument("--rounds", type=int, default=None, help="collect-then-train rounds (default: 40)")
+    g.add_argument("--episodes-per-round", type=int, default=None, help="collection episodes (default: 200)")
+    g.add_argument("--updates-per-round", type=int, default=None, help="optimiser steps per round (default: 300)")
+    g.add_argument(
+        "--noise-std", type=float, default=None, help="exploration noise, normalised action units (default: 0.1)"
+    )
+    g.add_argument(
+        "--demos", nargs="+", default=None, metavar="FILE", help="demo files to mix in (default: the BC checkpoint's)"
+    )
+    g.add_argument("--demo-fraction", type=float, default=None, help="share of each batch from demos (default: 0.5)")
+    g.add_argument(
+        "--buffer-rounds", type=int, default=None, help="train on the last N rounds' successes (default: all)"
+    )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -1198,6 +1294,7 @@ def _config_from_args(
     | ReportConfig
     | BCConfig
     | RLConfig
+    | FilteredBCConfig
     | QuickstartConfig
 ):
     if args.command == "eval":

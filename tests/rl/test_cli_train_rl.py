@@ -53,3 +53,35 @@ def test_user_errors(extra, match, tmp_path, in_tmp_dir, capsys):
     assert main(["train-rl", "--out", str(tmp_path / "x"), "--n-envs", "1", "--no-progress", *extra]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.smoke
+def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
+    out = tmp_path / "fbc"
+    argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
+    argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
+    assert main(argv) == EXIT_OK
+    printed = capsys.readouterr().out
+    assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
+    config = json.loads((out / "rl_config.json").read_text())
+    assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
+    ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
+    assert main(["eval", "--policy", str(ckpt), "--episodes", "1", "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--algo", "filtered-bc", "--timesteps", "8"], "--timesteps do(es) not apply to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--no-critic-state"], "--no-critic-state do(es) not apply"),
+        (["--algo", "filtered-bc", "--from-scratch"], "post-trains a BC checkpoint"),
+        (["--rounds", "3"], "--rounds apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--noise-std", "-1"], "noise_std"),
+        (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
+    ],
+)
+def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):
+    argv = ["train-rl", "--policy", str(bc_checkpoint), "--out", str(tmp_path / "x"), "--no-progress", *extra]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1

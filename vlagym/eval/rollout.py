@@ -146,6 +146,7 @@ def run_episodes(
     on_episode_start: Callable[..., None] | None = None,
     progress: bool = True,
     reset_options: dict | None = None,
+    on_step: Callable[[dict], None] | None = None,
 ) -> list[EpisodeRecord]:
     """Run `policy` (batched observations -> batched actions) until every seed has had its episode.
 
@@ -157,6 +158,8 @@ def run_episodes(
     returned in the order of `seeds`. Sub-envs left without a seed keep running
     throw-away episodes until the last real one ends; those are not recorded.
     `reset_options` go to every sub-env reset (e.g. `{"swap_target": True}`, see `VLAEnv.reset`).
+    `on_step(info)` sees the vector env's `info` after every step (before finished sub-envs reset), e.g. to
+    collect what a wrapper inside the sub-envs reports at an episode's end.
     """
     mode = envs.metadata.get("autoreset_mode")
     if mode != AutoresetMode.DISABLED:
@@ -205,6 +208,8 @@ def run_episodes(
     try:
         while any(r is None for r in records):
             obs, reward, terminated, truncated, info = envs.step(policy(obs))
+            if on_step is not None:
+                on_step(info)
             returns += reward
             lengths += 1
             success = np.array([bool(_entry(info, "success", i, False)) for i in range(n)])

@@ -1,0 +1,265 @@
+"""Filtered-BC post-training: the in-env recorder (its files replay), collection that acts as `vlagym eval`,
+determinism across n_envs and across a resume, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from rl_helpers import ENV_KWARGS, TASK
+from safetensors.torch import load_file
+
+from vlagym.eval.evaluate import EvalConfig, evaluate
+from vlagym.eval.rollout import VectorExpert, make_rollout_envs, run_episodes
+from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
+from vlagym.rl.filtered_bc import (
+    FilteredBCConfig,
+    NoisyVLA,
+    _Mixture,
+    collect_round,
+    make_collection_envs,
+    rollout_path,
+    train_filtered_bc,
+    write_rollouts,
+)
+from vlagym.train.dataset import DemoDataset
+from vlagym.train.demos import DemoConfig, collect_demos
+from vlagym.train.validate import check_dataset
+
+ENV = {"obs_mode": "rgb", **ENV_KWARGS}
+
+
+class _ExpertActor:
+    """The scripted experts with the (mask, seeds) reset collection calls."""
+
+    def __init__(self, envs):
+        self.expert = VectorExpert(envs)
+
+    def reset(self, mask, seeds=None):
+        self.expert.reset(mask)
+
+    def __call__(self, obs):
+        return self.expert(obs)
+
+
+@pytest.fixture(scope="module")
+def demo_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "pick.hdf5"
+    collect_demos(DemoConfig(task=TASK, episodes=2, image_size=32, out=str(path), progress=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def expert_rollouts(tmp_path_factory):
+    """Three successful expert episodes, recorded by the collection envs (2 sub-envs) and written as a file."""
+    cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
+    envs = make_collection_envs(cfg, ENV)
+    try:
+        records, episodes = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+    finally:
+        envs.close()
+    path = tmp_path_factory.mktemp("rollouts") / "round_0000.hdf5"
+    write_rollouts(path, episodes, TASK, ENV)
+    return records, episodes, path
+
+
+def _tiny_checkpoint(tmp_path_factory):
+    from rl_helpers import make_bc_checkpoint
+
+    return make_bc_checkpoint(tmp_path_factory.mktemp("bc_fbc") / "ckpt")
+
+
+def test_recorder_keeps_successes_in_seed_order(expert_rollouts):
+    records, episodes, _ = expert_rollouts
+    assert [r.success for r in records] == [True, True, True]
+    assert [e.seed for e in episodes] == [0, 1, 2]
+    for r, e in zip(records, episodes, strict=True):
+        assert len(e.actions) == r.length == len(e.proprio) == len(e.states) == len(e.images["front"])
+        assert e.instruction == r.instruction and e.task == TASK
+        assert np.isclose(e.rewards.sum(), r.episode_return)
+
+
+def test_rollout_file_is_a_valid_demo_file_that_replays(expert_rollouts):
+    _, episodes, path = expert_rollouts
+    assert check_dataset(path) == []
+    ep = episodes[1]
+    env = gym.make(TASK, **ENV)
+    try:
+        obs, _ = env.reset(seed=ep.seed)
+        for t, action in enumerate(ep.actions):
+            # observation t is what the policy saw before action t
+            np.testing.assert_allclose(obs["proprio"], ep.proprio[t], rtol=0, atol=1e-6)
+            np.testing.assert_array_equal(obs["images"]["front"], ep.images["front"][t])
+            obs, _, terminated, truncated, info = env.step(action)
+        assert terminated and info["success"]
+    finally:
+        env.close()
+
+
+def test_on_step_sees_every_vector_step():
+    envs = make_rollout_envs(TASK, 2, **ENV)
+    seen = []
+    try:
+        actor = _ExpertActor(envs)
+        records = run_episodes(envs, actor, [0, 1, 2], on_episode_start=actor.reset, progress=False,
+                               on_step=lambda info: seen.append(info))  # fmt: skip
+    finally:
+        envs.close()
+    assert len(seen) >= max(r.length for r in records)
+    assert all("success" in info for info in seen)
+
+
+def _noisy_records(checkpoint, n_envs, noise, seeds):
+    policy = VLAPolicy.from_pretrained(checkpoint)
+    cfg = FilteredBCConfig(policy=str(checkpoint), n_envs=n_envs, demos=[])
+    envs = make_collection_envs(cfg, ENV)
+    try:
+        records, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
+    finally:
+        envs.close()
+    return [(r.seed, r.length, r.episode_return) for r in records]
+
+
+def test_collection_noise_depends_on_the_episode_seed_alone(bc_checkpoint):
+    env = gym.make(TASK, **ENV)
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    batch = {"images": {c: np.stack([obs["images"][c]] * 2) for c in obs["images"]},
+             "proprio": np.stack([obs["proprio"]] * 2), "instruction": [obs["instruction"]] * 2}  # fmt: skip
+
+    def noise(seeds):
+        policy = VLAPolicy.from_pretrained(bc_checkpoint)
+        noisy, clean = NoisyVLA(policy, 0.5), NoisyVLA(policy, 0.0)
+        noisy.reset(np.ones(2, bool), np.array(seeds))
+        first = noisy(batch)
+        clean.reset(np.ones(2, bool), np.array(seeds))
+        return first - clean(batch)
+
+    a, b = noise([5, 6]), noise([6, 5])
+    np.testing.assert_allclose(a, b[::-1], atol=1e-6)  # each row's noise follows its seed, not its slot
+    assert np.abs(a[:, :-1]).min() > 0 and np.all(a[:, -1] == 0)  # arm dimensions only, never the gripper
+    assert not np.allclose(a[0], a[1])
+
+
+def test_without_noise_collection_acts_as_vlagym_eval(bc_checkpoint, tmp_path):
+    seeds = [100000, 100001]
+    collected = _noisy_records(bc_checkpoint, 2, 0.0, seeds)
+    cfg = EvalConfig(policy=str(bc_checkpoint), episodes=2, num_envs=2, out=str(tmp_path / "ev"), progress=False)
+    results = evaluate(cfg)
+    episodes = results["tasks"][TASK]["episodes"]
+    assert [(e["seed"], e["length"]) for e in episodes] == [(s, n) for s, n, _ in collected]
+    assert [e["return"] for e in episodes] == [ret for _, _, ret in collected]  # same batch: bit for bit
+
+
+def test_mixture_draws_its_share_from_each_source(expert_rollouts, demo_file, bc_checkpoint):
+    policy = VLAPolicy.from_pretrained(bc_checkpoint)
+    k = policy.config.chunk_size
+    demos = DemoDataset([demo_file], chunk_size=k, cameras=["front", "wrist"], keys=("proprio",))
+    successes = DemoDataset([expert_rollouts[2]], chunk_size=k, cameras=["front", "wrist"], keys=("proprio",))
+    batch = _Mixture(demos, successes, 0.25, 8).batch(np.random.default_rng(0))
+    assert batch["action"].shape == (8, k, 7) and batch[IMAGE_KEY + "front"].shape == (8, 3, 32, 32)
+    assert batch[PROPRIO_KEY].shape == (8, 23) and len(batch["instruction"]) == 8
+    assert [n for _, n in _Mixture(demos, successes, 0.25, 8).parts] == [2, 6]
+    assert [n for _, n in _Mixture(None, successes, 0.25, 8).parts] == [0, 8]
+    assert [n for _, n in _Mixture(demos, None, 0.25, 8).parts] == [8, 0]
+    with pytest.raises(ValueError, match="nothing to train on"):
+        _Mixture(None, None, 0.5, 8)
+
+
+def _config(checkpoint, demo_file, out, **overrides):
+    kwargs = dict(
+        policy=str(checkpoint),
+        demos=[str(demo_file)],
+        out=str(out),
+        rounds=2,
+        episodes_per_round=2,
+        n_envs=2,
+        updates_per_round=2,
+        batch_size=4,
+        eval_every=1,
+        eval_episodes=1,
+        device="cpu",
+        progress=False,
+    )
+    return FilteredBCConfig(**{**kwargs, **overrides})
+
+
+@pytest.mark.smoke
+def test_run_writes_checkpoints_curve_and_evaluates(bc_checkpoint, demo_file, tmp_path):
+    result = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "run"))
+    assert result["rounds"] == 2 and result["updates"] == 4 and result["env_steps"] > 0
+    assert [(c["round"], c["updates"]) for c in result["curve"]] == [(1, 2), (2, 4)]
+    assert json.loads((tmp_path / "run" / "eval" / "curve.json").read_text()) == result["curve"]
+    ckpt = tmp_path / "run" / "checkpoints" / "step_4"
+    assert result["checkpoint"] == str(ckpt)
+    meta = json.loads((ckpt / "config.json").read_text())
+    assert meta["extra"]["env_id"] == TASK and meta["extra"]["rl_config"]["algo"] == "filtered-bc"
+    results = evaluate(EvalConfig(policy=str(ckpt), episodes=1, out=str(tmp_path / "ev"), progress=False))
+    assert results["tasks"][TASK]["n"] == 1
+    # the weights moved away from the BC checkpoint's
+    before = load_file(str(bc_checkpoint / "model.safetensors"))
+    after = load_file(str(ckpt / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path):
+    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", eval_every=0))
+    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", rounds=1, eval_every=0))
+    resumed = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", eval_every=0, resume=True))
+    assert (resumed["rounds"], resumed["updates"], resumed["env_steps"]) == (
+        straight["rounds"],
+        straight["updates"],
+        straight["env_steps"],
+    )
+    a = load_file(str(tmp_path / "a" / "checkpoints" / "step_4" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "checkpoints" / "step_4" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_no_demos_and_no_successes_skips_training(bc_checkpoint, tmp_path, caplog):
+    cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], out=str(tmp_path / "r"), rounds=1,
+                           episodes_per_round=1, n_envs=1, eval_every=0, device="cpu", progress=False)  # fmt: skip
+    result = train_filtered_bc(cfg)
+    assert result["updates"] == 0 and "nothing to train on" in caplog.text
+    assert not rollout_path(tmp_path / "r", 0).exists()  # the tiny policy succeeded nowhere: no file
+
+
+def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_file, tmp_path):
+    meta = json.loads((bc_checkpoint / "config.json").read_text())
+    meta["extra"]["bc_config"] = {"dataset": [str(demo_file)]}
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(meta))
+    (folder / "model.safetensors").write_bytes((bc_checkpoint / "model.safetensors").read_bytes())
+    assert FilteredBCConfig(policy=str(folder)).demos == [str(demo_file)]
+    meta["extra"]["bc_config"] = {"dataset": [str(tmp_path / "gone.hdf5")]}
+    (folder / "config.json").write_text(json.dumps(meta))
+    assert FilteredBCConfig(policy=str(folder)).demos == []
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"collect_seed": 100_010}, "overlap the evaluation seeds"),
+        ({"demos": ["/nonexistent.hdf5"]}, "does not exist"),
+        ({"env_kwargs": {"obs_mode": "state"}}, "may not set"),
+        ({"noise_std": -0.1}, "noise_std"),
+        ({"demo_fraction": 1.5}, "demo_fraction"),
+        ({"rounds": 0}, "rounds"),
+        ({"task": "VLA-Nope-v0"}, "unknown task"),
+        ({"algo": "ppo"}, "filtered-bc"),
+    ],
+)
+def test_config_errors(bc_checkpoint, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        FilteredBCConfig(**{"policy": str(bc_checkpoint), "demos": [], **overrides})
+
+
+def test_task_defaults_to_the_checkpoints_and_takes_the_vlagym_prefix(bc_checkpoint):
+    assert FilteredBCConfig(policy=str(bc_checkpoint), demos=[]).task == TASK
+    assert FilteredBCConfig(policy=str(bc_checkpoint), demos=[], task=f"vlagym:{TASK}").task == TASK

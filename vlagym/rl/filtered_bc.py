@@ -1,0 +1,765 @@
+"""Success-filtered BC post-training of a VLA: ``vlagym train-rl --algo filtered-bc``.
+
+The RL post-training recipe that needs no value function and no likelihood: each *round* rolls the current
+policy out on fresh seeds with a little exploration noise, keeps the episodes that succeeded, and trains the
+policy on them by behaviour cloning (mixed with the original demos), then repeats. With a binary reward this is
+reward-weighted regression (each episode weighted by its 0/1 return), the M-step of EM policy search; robot
+learning knows it as filtered BC or autonomous self-improvement, LLM post-training as rejection-sampling
+fine-tuning. Each round the policy imitates the successes of its own state distribution, so what it does well
+spreads to nearby states, and the noise finds successes the deterministic policy misses.
+
+One readable script (CleanRL style): config, collection, the round loop.
+
+Collection: `n_envs` sub-envs run the VLA as `vlagym eval` runs it (same head, chunking, gripper decode), with
+Gaussian noise of std `noise_std` (in normalised action units, the units the VLA predicts in) added to the arm
+dimensions of each executed action; the gripper command is not perturbed. Episode i of round r is reset with seed
+``collect_seed + r * episodes_per_round + i``, and its noise comes from a generator of its own seed, so a round's
+episodes do not depend on `n_envs` (up to the last bits of batched inference, which contact-rich episodes can
+amplify, as in `vlagym eval`). A recorder inside each sub-env (it works in async vector envs too) keeps what
+the demos layout holds, and the successful episodes of round r are written as a demo file,
+``OUT/rollouts/round_<r>.hdf5`` (`vlagym dataset check` accepts it; `vlagym train-bc` can train on it).
+
+Training: `updates_per_round` AdamW steps on batches of which a `demo_fraction` share is drawn from the demos
+and the rest from the successes of the rounds so far (the last `buffer_rounds` rounds), with the BC loss and
+image augmentation of `vlagym train-bc`. The demos default to the dataset the BC checkpoint was trained on (its
+``bc_config``), when those files are still there.
+
+Outputs of a run folder ``OUT``:
+
+    OUT/rl_config.json                       the `FilteredBCConfig`
+    OUT/rollouts/round_<r>.hdf5              the successful episodes of round r (demos layout)
+    OUT/tb/                                  TensorBoard: rollout/success_rate (the noisy collection episodes),
+                                             train/loss, buffer/*, time/*, eval/success_rate
+    OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
+                                             checkpoint `vlagym eval` loads), training_state.pt
+    OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
+    OUT/eval/step_<n>/, OUT/eval/curve.json  evaluations with the `vlagym eval` protocol, as PPO's
+
+Resume (``resume=True``) continues after the last checkpointed round: weights, optimiser, counters and random
+streams are restored and the rounds' seeds are fixed, so a resumed run equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import mujoco
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from torch.utils.data import default_collate
+
+import vlagym
+from vlagym.checks import check_float, check_int
+from vlagym.envs.multitask import MultiTaskEnv
+from vlagym.io import atomic_write_json
+from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
+from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
+from vlagym.rl.envs import VECTORIZATION_MODES
+from vlagym.train import layout
+from vlagym.train.augment import ImageAugment
+from vlagym.train.bc import _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
+from vlagym.train.dataset import DemoDataset
+
+logger = logging.getLogger(__name__)
+
+ALGO = "filtered-bc"
+DEVICES = ("auto", "cpu", "cuda")
+CONFIG_NAME = "rl_config.json"
+STATE_NAME = "training_state.pt"
+LAST_NAME = "last.json"
+CURVE_NAME = "curve.json"
+ROLLOUTS = "rollouts"
+RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
+NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
+RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras")
+# what a batch item holds (DemoDataset items carry more: index, task, ...)
+_LOWDIM = (PROPRIO_KEY, "action", "action_is_pad", "instruction")
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass
+class FilteredBCConfig:
+    """Options of `train_filtered_bc` (``vlagym train-rl --algo filtered-bc``); saved as ``OUT/rl_config.json``."""
+
+    policy: str
+    """BC checkpoint folder to post-train (model.safetensors + config.json)"""
+    algo: str = ALGO
+    """always "filtered-bc" (tells this config from PPO's `RLConfig` in rl_config.json)"""
+    task: str | None = None
+    """registered env id; None: the checkpoint's task"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra env kwargs on top of the checkpoint's (collection and evaluation alike)"""
+    out: str = "runs/rl"
+    """run folder: config, rollouts, TensorBoard logs, checkpoints, evaluations"""
+    rounds: int = 40
+    """collect-then-train rounds"""
+    max_minutes: float | None = None
+    """also stop after the round during which training has run this many minutes (wall clock, evaluations
+    excluded, resumed runs included); None: no time limit"""
+    episodes_per_round: int = 200
+    """collection episodes per round"""
+    n_envs: int = 4
+    """parallel sub-envs of the collection"""
+    vectorization: str = "sync"
+    """"sync" (one process) or "async" (one worker process per sub-env)"""
+    noise_std: float = 0.1
+    """std of the Gaussian exploration noise on the executed arm actions, in normalised action units (0: none)"""
+    updates_per_round: int = 300
+    """optimiser steps per round"""
+    batch_size: int = 64
+    """samples per optimiser step"""
+    lr: float = 1e-4
+    """AdamW learning rate (constant)"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay of the weight matrices, as `vlagym train-bc`"""
+    grad_clip: float = 1.0
+    """clip the global gradient norm to this (0: no clipping)"""
+    demos: list[str] | None = None
+    """demo files mixed into every batch; None: the BC checkpoint's training data (when the files exist); []: none"""
+    demo_fraction: float = 0.5
+    """share of each batch drawn from the demos (the rest from the successes); ignored without demos"""
+    buffer_rounds: int | None = None
+    """train on the successes of the last this many rounds; None: of every round so far"""
+    augment: bool = True
+    """random crop and colour jitter of the images, as `vlagym train-bc`"""
+    seed: int = 0
+    """seeds the batch draws and the augmentation"""
+    collect_seed: int = 10_000_000
+    """round r's episode i is reset with seed collect_seed + r * episodes_per_round + i (never an evaluation seed)"""
+    eval_every: int = 1
+    """evaluate every this many rounds and after the last (0: never)"""
+    eval_episodes: int = 20
+    """episodes per evaluation; episode i uses seed eval_seed + i, as `vlagym eval`"""
+    eval_num_envs: int = 1
+    """parallel sub-envs of the evaluation"""
+    eval_seed: int = 100_000
+    """first seed of the evaluation episodes"""
+    device: str = "auto"
+    """"auto" (CUDA when available), "cpu" or "cuda\""""
+    torch_threads: int | None = None
+    """CPU threads of torch in this process (None: torch's default)"""
+    resume: bool = False
+    """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        extra = self._check_source()
+        self._check_numbers()
+        self._resolve_demos(extra)
+        collect = (self.collect_seed, self.collect_seed + self.rounds * self.episodes_per_round)
+        evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
+        if collect[0] < evals[1] and evals[0] < collect[1]:
+            raise ValueError(
+                f"collection seeds {collect[0]}..{collect[1] - 1} overlap the evaluation seeds {evals[0]}.."
+                f"{evals[1] - 1}: move collect_seed"
+            )
+
+    def _check_source(self) -> dict[str, Any]:
+        """Check algo, checkpoint, task and env settings; returns the checkpoint's ``extra``."""
+        if self.algo != ALGO:
+            raise ValueError(f"algo must be {ALGO!r} for a FilteredBCConfig, got {self.algo!r}")
+        if not self.policy:
+            raise ValueError("filtered-bc post-trains a BC checkpoint: give its folder (policy)")
+        self.policy = str(self.policy)
+        meta = read_checkpoint_config(self.policy)
+        extra = meta.get("extra") or {}
+        if not self.task:
+            self.task = extra.get("env_id")
+            if not self.task:
+                raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
+        self.task = str(self.task).removeprefix("vlagym:")
+        if self.task not in vlagym.TASKS:
+            raise ValueError(f"unknown task {self.task!r}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
+        if not isinstance(self.env_kwargs, dict):
+            raise ValueError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
+        clash = sorted(set(self.env_kwargs) & set(RESERVED_ENV_KWARGS))
+        if clash:
+            raise ValueError(f"env_kwargs may not set {clash}: the policy's observations fix them")
+        try:
+            json.dumps(self.env_kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
+        if self.vectorization not in VECTORIZATION_MODES:
+            raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        return extra
+
+    def _check_numbers(self) -> None:
+        for name, low in (
+            ("rounds", 1),
+            ("episodes_per_round", 1),
+            ("n_envs", 1),
+            ("updates_per_round", 0),
+            ("batch_size", 1),
+            ("seed", 0),
+            ("collect_seed", 0),
+            ("eval_every", 0),
+            ("eval_episodes", 1),
+            ("eval_num_envs", 1),
+            ("eval_seed", 0),
+        ):
+            check_int(name, getattr(self, name), low)
+        for name in ("buffer_rounds", "torch_threads"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
+        if self.max_minutes is not None:
+            check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
+        check_float("noise_std", self.noise_std, 0.0)
+        check_float("lr", self.lr, 0.0, low_open=True)
+        check_float("weight_decay", self.weight_decay, 0.0)
+        check_float("grad_clip", self.grad_clip, 0.0)
+        check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
+        for name in ("augment", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def _resolve_demos(self, extra: dict[str, Any]) -> None:
+        if self.demos is None:
+            trained_on = [str(p) for p in (extra.get("bc_config") or {}).get("dataset") or []]
+            missing = [p for p in trained_on if not Path(p).is_file()]
+            if missing:
+                logger.warning("the BC checkpoint's demos %s are gone: training on the successes alone", missing)
+            self.demos = [] if missing else trained_on
+        if isinstance(self.demos, (str, os.PathLike)):
+            self.demos = [self.demos]
+        self.demos = [str(p) for p in self.demos]
+        for path in self.demos:
+            if not Path(path).is_file():
+                raise ValueError(f"demo file {path!r} does not exist")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FilteredBCConfig:
+        """Inverse of `to_dict`; unknown fields raise, listing the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown FilteredBCConfig fields {unknown}; known fields: {sorted(known)}")
+        return cls(**d)
+
+
+# ---------------------------------------------------------------------------- collection
+@dataclass
+class RolloutEpisode:
+    """A recorded episode, the demos layout's arrays (a dataclass, not a dict: vector envs would split a dict)."""
+
+    seed: int
+    instruction: str
+    task: str
+    images: dict[str, np.ndarray]
+    proprio: np.ndarray
+    state: np.ndarray
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+
+
+class _RolloutRecorder(gym.Wrapper):
+    """Records its sub-env's episode in the demos layout and, when the episode ends in success, hands it over
+    in ``info[RECORD_KEY]`` (a `RolloutEpisode`). Runs inside the sub-env, so it works in async vector envs."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._seed: int | None = None
+        self._steps: list[dict[str, Any]] = []
+        self._success = False
+
+    def _sim(self):
+        base = self.env.unwrapped
+        return base.current if isinstance(base, MultiTaskEnv) else base
+
+    def _observe(self, obs: dict[str, Any]) -> None:
+        sim = self._sim()
+        sim_state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(sim.model, sim.data, sim_state, mujoco.mjtState.mjSTATE_INTEGRATION)
+        self._steps.append(
+            {
+                "images": {cam: np.array(img) for cam, img in obs["images"].items()},
+                "proprio": np.array(obs["proprio"], np.float32),
+                "state": sim._state_vector().astype(np.float32),
+                "sim_state": sim_state,
+            }
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._seed, self._success = seed, False
+        self._steps = []
+        self._instruction, self._task = str(info.get("instruction", "")), str(info.get("task", ""))
+        if not self._task:
+            self._task = self.env.spec.id if self.env.spec else ""
+        self._observe(obs)
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        step = self._steps[-1]
+        step["action"] = np.array(action, np.float32)
+        step["reward"] = float(reward)
+        self._success |= bool(info.get("success", False))
+        if terminated or truncated:
+            if self._success:
+                info[RECORD_KEY] = self._episode()
+            self._steps = []
+        else:
+            self._observe(obs)
+        return obs, reward, terminated, truncated, info
+
+    def _episode(self) -> RolloutEpisode:
+        steps = self._steps
+        return RolloutEpisode(
+            seed=int(self._seed) if self._seed is not None else -1,
+            instruction=self._instruction,
+            task=self._task,
+            images={cam: np.stack([s["images"][cam] for s in steps]) for cam in steps[0]["images"]},
+            proprio=np.stack([s["proprio"] for s in steps]),
+            state=np.stack([s["state"] for s in steps]),
+            states=np.stack([s["sim_state"] for s in steps]),
+            actions=np.stack([s["action"] for s in steps]),
+            rewards=np.array([s["reward"] for s in steps], np.float32),
+        )
+
+
+class NoisyVLA:
+    """A `VLAPolicy` as a batched rollout policy (what `vlagym eval` runs), plus Gaussian noise of std `noise_std`
+    in normalised action units on every executed action's arm dimensions (all but the last, the gripper).
+
+    Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
+    `reset`), so an episode depends on its seed alone, not on `n_envs` or the rows beside it."""
+
+    def __init__(self, policy: VLAPolicy, noise_std: float):
+        self.policy, self.noise_std = policy, float(noise_std)
+        self._noise: list[np.random.Generator | None] = []
+        self._flow: list[torch.Generator | None] = []
+
+    def reset(self, mask: np.ndarray, seeds: np.ndarray) -> None:
+        from vlagym.eval.evaluate import episode_noise_generator
+
+        mask = np.asarray(mask, bool)
+        if len(self._noise) != len(mask):
+            self._noise, self._flow = [None] * len(mask), [None] * len(mask)
+        self.policy.reset(mask=mask)
+        for i in np.flatnonzero(mask):
+            self._noise[i] = np.random.default_rng([NOISE_STREAM, int(seeds[i])])
+            self._flow[i] = episode_noise_generator(int(seeds[i]))
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        with torch.inference_mode():
+            batch = self.policy.batch_from_obs(obs)
+            flow = self.policy.config.head == "flow"
+            action = self.policy.select_action(batch, self._flow if flow else None)
+        action = action.float().cpu().numpy().astype(np.float32)
+        if self.noise_std > 0:
+            scale = self.policy.action_scale.cpu().numpy()[:-1]
+            for i, g in enumerate(self._noise):
+                action[i, :-1] += (self.noise_std * scale * g.standard_normal(scale.shape)).astype(np.float32)
+        return action
+
+
+def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+    """The collection vector env: autoreset disabled (as `run_episodes` needs), a recorder in every sub-env."""
+    from vlagym.train.demos import _ignore_sigint
+
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
+    wrappers: list[Any] = [_RolloutRecorder]
+    if cfg.vectorization == "async":
+        import functools
+
+        wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
+    return gym.make_vec(
+        cfg.task,
+        num_envs=cfg.n_envs,
+        vectorization_mode=cfg.vectorization,
+        vector_kwargs=vector_kwargs,
+        wrappers=wrappers,
+        **env_kwargs,
+    )
+
+
+def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
+    """Run one episode per seed; returns (records, successful episodes in seed order)."""
+    from vlagym.eval.rollout import run_episodes
+
+    wanted = set(seeds)
+    episodes: dict[int, RolloutEpisode] = {}
+
+    def on_step(info: dict[str, Any]) -> None:
+        if RECORD_KEY not in info:
+            return
+        for i in np.flatnonzero(info.get(f"_{RECORD_KEY}", np.ones(len(info[RECORD_KEY]), bool))):
+            episode = info[RECORD_KEY][i]
+            if isinstance(episode, RolloutEpisode) and episode.seed in wanted:  # not a throw-away episode
+                episodes[episode.seed] = episode
+
+    records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
+    successes = [episodes[r.seed] for r in records if r.success and r.seed in episodes]
+    return records, successes
+
+
+def rollout_path(out: str | os.PathLike, round_: int) -> Path:
+    """``OUT/rollouts/round_<r>.hdf5``: the successful collection episodes of round r."""
+    return Path(out) / ROLLOUTS / f"round_{round_:04d}.hdf5"
+
+
+def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """The episodes as a demo file (the layout of `vlagym.train.layout`), written to a temporary name and renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update(
+                format=layout.FORMAT,
+                format_version=layout.FORMAT_VERSION,
+                vlagym_version=vlagym.__version__,
+                mujoco_version=mujoco.__version__,
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            )
+            data = f.create_group("data")
+            obs_keys = ["proprio", "state"] + [layout.image_key(c) for c in (episodes[0].images if episodes else [])]
+            data.attrs.update(
+                env_id=env_id,
+                env_kwargs=json.dumps(env_kwargs),
+                total=sum(len(e.actions) for e in episodes),
+                obs_keys=json.dumps(obs_keys),
+            )
+            for k, e in enumerate(episodes):
+                g = data.create_group(layout.demo_name(k))
+                obs = g.create_group("obs")
+                for cam, images in e.images.items():
+                    obs.create_dataset(
+                        layout.image_key(cam), data=images, chunks=(1, *images.shape[1:]), compression="gzip"
+                    )
+                obs.create_dataset("proprio", data=e.proprio)
+                obs.create_dataset("state", data=e.state)
+                g.create_dataset("actions", data=e.actions)
+                g.create_dataset("rewards", data=e.rewards)
+                dones = np.zeros(len(e.actions), np.uint8)
+                dones[-1] = 1
+                g.create_dataset("dones", data=dones)
+                g.create_dataset("states", data=e.states.astype(np.float64))
+                g.attrs.update(
+                    num_samples=len(e.actions), seed=e.seed, instruction=e.instruction, success=True, task=e.task
+                )
+                g.attrs["complete"] = True
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- training data
+class _Mixture:
+    """Batches with a fixed share from the demos and the rest from the successes, drawn by one generator."""
+
+    def __init__(self, demos: DemoDataset | None, successes: DemoDataset | None, demo_fraction: float, batch: int):
+        if demos is None and successes is None:
+            raise ValueError("nothing to train on: no demos and no successful episode yet")
+        n_demo = round(batch * demo_fraction) if demos is not None else 0
+        if successes is None:
+            n_demo = batch
+        self.parts = [(demos, n_demo), (successes, batch - n_demo)]
+
+    def batch(self, rng: np.random.Generator) -> dict[str, Any]:
+        items = []
+        for dataset, n in self.parts:
+            if dataset is None or n == 0:
+                continue
+            for j in rng.integers(0, len(dataset), n):
+                item = dataset[int(j)]
+                items.append({k: v for k, v in item.items() if k.startswith(IMAGE_KEY) or k in _LOWDIM})
+        return default_collate(items)
+
+
+def _dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> DemoDataset | None:
+    if not paths:
+        return None
+    return DemoDataset(
+        paths,
+        chunk_size=policy.config.chunk_size,
+        cameras=list(policy.config.cameras),
+        keys=("proprio",),
+        augment=ImageAugment() if augment else None,
+        seed=seed,
+    )
+
+
+# ---------------------------------------------------------------------------- checkpoints, evaluation
+def checkpoint_dir(out: str | os.PathLike) -> Path:
+    return Path(out) / "checkpoints"
+
+
+def latest_checkpoint(out: str | os.PathLike) -> Path | None:
+    """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
+    pointer = checkpoint_dir(out) / LAST_NAME
+    if not pointer.is_file():
+        return None
+    folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
+    return folder if (folder / STATE_NAME).is_file() else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class _Progress:
+    round: int = 0
+    """rounds completed"""
+    updates: int = 0
+    env_steps: int = 0
+    train_s: float = 0.0
+    """wall-clock seconds of collection and training so far, evaluations excluded"""
+    success_rounds: list[int] = field(default_factory=list)
+    """the rounds that had successes (each has its OUT/rollouts file)"""
+    curve: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _write_checkpoint(out: Path, policy: VLAPolicy, optimizer, progress: _Progress, extra: dict[str, Any]) -> Path:
+    root = checkpoint_dir(out)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{progress.updates}"
+    tmp = root / f".tmp_step_{progress.updates}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        policy.save_pretrained(tmp, extra={**extra, "num_updates": progress.updates, "round": progress.round})
+        state = {
+            "model": policy.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "round": progress.round,
+            "updates": progress.updates,
+            "env_steps": progress.env_steps,
+            "train_s": progress.train_s,
+            "success_rounds": list(progress.success_rounds),
+            "bc_sha256": extra["bc_sha256"],
+            "rng": rng_state(),
+        }
+        torch.save(state, tmp / STATE_NAME)
+        if final.exists():  # a leftover of a run that died before moving last.json on
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write_json(root / LAST_NAME, {"step": progress.updates, "path": final.name})
+    return final
+
+
+def _evaluate(cfg: FilteredBCConfig, out: Path, checkpoint: Path, progress: _Progress) -> dict[str, Any]:
+    from vlagym.eval.evaluate import EvalConfig, evaluate
+
+    with preserved_rng():  # evaluation must not shift the training's random streams
+        ecfg = EvalConfig(
+            policy=str(checkpoint),
+            episodes=cfg.eval_episodes,
+            num_envs=cfg.eval_num_envs,
+            seed=cfg.eval_seed,
+            out=str(out / "eval" / checkpoint.name),
+            progress=False,
+        )
+        summary = next(iter(evaluate(ecfg)["tasks"].values()))
+    point = {
+        "round": progress.round,
+        "updates": progress.updates,
+        "env_steps": progress.env_steps,
+        "train_minutes": progress.train_s / 60,
+        "success_rate": summary["success_rate"],
+        "ci95": summary["ci95"],
+        "n": summary["n"],
+        "checkpoint": str(checkpoint),
+    }
+    progress.curve = [c for c in progress.curve if c["updates"] != progress.updates] + [point]
+    atomic_write_json(out / "eval" / CURVE_NAME, progress.curve)
+    return point
+
+
+# ---------------------------------------------------------------------------- main
+def train_filtered_bc(cfg: FilteredBCConfig) -> dict[str, Any]:
+    """Run filtered-BC post-training as `cfg` says; returns {"rounds", "updates", "env_steps", "checkpoint",
+    "success_rate", "curve"}."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
+    threads = torch.get_num_threads()
+    if cfg.torch_threads is not None:
+        torch.set_num_threads(cfg.torch_threads)
+    try:
+        return _train(cfg, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but CUDA is not available")
+    return torch.device(name)
+
+
+def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - one script
+    from torch.utils.tensorboard import SummaryWriter
+    from tqdm.auto import tqdm
+
+    seed_everything(cfg.seed)
+    device = _device(cfg.device)
+    meta = read_checkpoint_config(cfg.policy)
+    ckpt_extra = meta.get("extra") or {}
+    policy = VLAPolicy.from_pretrained(cfg.policy).to(device)
+    pc = policy.config
+    env_kwargs = {"obs_mode": "rgb", "image_size": pc.image_size, "cameras": list(pc.cameras)}
+    env_kwargs.update(ckpt_extra.get("env_kwargs") or {})
+    env_kwargs.update(cfg.env_kwargs)
+    bc_sha = _sha256(Path(cfg.policy) / WEIGHTS_NAME)
+    extra = {
+        "env_id": cfg.task,
+        "env_kwargs": env_kwargs,
+        "rl_config": cfg.to_dict(),
+        "bc_checkpoint": cfg.policy,
+        "bc_sha256": bc_sha,
+    }
+    optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    demos = _dataset(cfg.demos, policy, cfg.augment, cfg.seed)
+
+    progress = _Progress()
+    last = latest_checkpoint(out) if cfg.resume else None
+    if last is not None:
+        state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
+        if state.get("bc_sha256") != bc_sha:
+            raise ValueError(
+                f"{last} was post-trained from other BC weights than {cfg.policy} now holds; resume with the original"
+            )
+        policy.load_state_dict(state["model"], strict=True)
+        optimizer.load_state_dict(state["optimizer"])
+        progress = _Progress(
+            round=int(state["round"]),
+            updates=int(state["updates"]),
+            env_steps=int(state["env_steps"]),
+            train_s=float(state["train_s"]),
+            success_rounds=[int(k) for k in state["success_rounds"]],
+        )
+        curve_path = out / "eval" / CURVE_NAME
+        if curve_path.is_file():
+            progress.curve = [c for c in json.loads(curve_path.read_text()) if c["updates"] <= progress.updates]
+        set_rng_state(state["rng"])
+        logger.info("resumed from %s after round %d", last, progress.round)
+    elif cfg.resume:
+        logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
+    if last is None:
+        shutil.rmtree(out / ROLLOUTS, ignore_errors=True)  # a fresh run: an old run's rollouts are not ours
+
+    writer = SummaryWriter(str(out / "tb"), purge_step=progress.updates if progress.updates else None)
+    bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
+    envs = make_collection_envs(cfg, env_kwargs)
+    actor = NoisyVLA(policy, cfg.noise_std)
+    checkpoint, last_eval = last, None
+    try:
+        while progress.round < cfg.rounds:
+            if cfg.max_minutes is not None and progress.train_s >= 60.0 * cfg.max_minutes:
+                logger.info("max_minutes=%s reached after round %d: stopping", cfg.max_minutes, progress.round)
+                break
+            r = progress.round
+            t0 = time.perf_counter()
+            # collect
+            policy.eval()
+            first = cfg.collect_seed + r * cfg.episodes_per_round
+            seeds = list(range(first, first + cfg.episodes_per_round))
+            records, successes = collect_round(envs, actor, seeds)
+            if successes:
+                write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs)
+                progress.success_rounds.append(r)
+            steps = sum(rec.length for rec in records)
+            progress.env_steps += steps
+            t1 = time.perf_counter()
+            # train
+            kept = [k for k in progress.success_rounds if cfg.buffer_rounds is None or k > r - cfg.buffer_rounds]
+            buffer = _dataset([str(rollout_path(out, k)) for k in kept], policy, cfg.augment, cfg.seed + 1)
+            rng = np.random.default_rng([cfg.seed, r])
+            for dataset in (demos, buffer):
+                if dataset is not None:
+                    dataset.set_epoch(r)
+            updates = cfg.updates_per_round
+            if demos is None and buffer is None:
+                logger.warning("round %d: no demos and no successful episode yet: nothing to train on", r)
+                updates = 0
+            else:
+                mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size)
+            policy.train()
+            losses = []
+            for _ in range(updates):
+                loss, _metrics = policy(mixture.batch(rng))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                progress.updates += 1
+            policy.eval()
+            t2 = time.perf_counter()
+            progress.train_s += t2 - t0
+            progress.round += 1
+            success_rate = float(np.mean([rec.success for rec in records]))
+            writer.add_scalar("rollout/success_rate", success_rate, progress.updates)
+            writer.add_scalar("rollout/ep_len_mean", steps / len(records), progress.updates)
+            writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
+            writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
+            if losses:
+                writer.add_scalar("train/loss", float(np.mean(losses)), progress.updates)
+                writer.add_scalar("train/grad_norm", float(grad_norm), progress.updates)
+            writer.add_scalar("time/collect_s", t1 - t0, progress.updates)
+            writer.add_scalar("time/learn_s", t2 - t1, progress.updates)
+            writer.add_scalar("time/env_steps_per_s", steps / (t1 - t0), progress.updates)
+            writer.add_scalar("time/env_steps", progress.env_steps, progress.updates)
+            logger.info(
+                "round %d: %d/%d collection episodes succeeded, %d updates, loss %.4f",
+                r,
+                len(successes),
+                len(records),
+                len(losses),
+                float(np.mean(losses)) if losses else math.nan,
+            )
+            checkpoint = _write_checkpoint(out, policy, optimizer, progress, extra)
+            done = progress.round >= cfg.rounds or (
+                cfg.max_minutes is not None and progress.train_s >= 60.0 * cfg.max_minutes
+            )
+            if cfg.eval_every > 0 and (done or progress.round % cfg.eval_every == 0):
+                last_eval = _evaluate(cfg, out, checkpoint, progress)
+                writer.add_scalar("eval/success_rate", last_eval["success_rate"], progress.updates)
+                logger.info("round %d: evaluation success rate %.3f", r, last_eval["success_rate"])
+            bar.update(1)
+        evaluated = any(c["updates"] == progress.updates for c in progress.curve)
+        if cfg.eval_every > 0 and checkpoint is not None and not evaluated:  # e.g. resumed after the last round
+            last_eval = _evaluate(cfg, out, checkpoint, progress)
+    finally:
+        envs.close()
+        writer.close()
+        bar.close()
+    if last_eval is None and progress.curve:
+        last_eval = progress.curve[-1]
+    return {
+        "rounds": progress.round,
+        "updates": progress.updates,
+        "env_steps": progress.env_steps,
+        "checkpoint": str(checkpoint) if checkpoint is not None else None,
+        "success_rate": last_eval["success_rate"] if last_eval else None,
+        "curve": progress.curve,
+    }
