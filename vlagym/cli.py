@@ -809,39 +809,22 @@ def train_rl_config(args: argparse.Namespace) -> RLConfig | FilteredBCConfig:
         raise UserError(str(e)) from e
 
 
-def run_filtered_bc(cfg: FilteredBCConfig) -> int:
-    from vlagym.rl.filtered_bc import CONFIG_NAME, CURVE_NAME, train_filtered_bc
-
-    try:
-        result = train_filtered_bc(cfg)
-    except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
-        if isinstance(e, TypeError) and not cfg.env_kwargs:
-            raise
-        raise UserError(str(e)) from e
-    out = Path(cfg.out)
-    print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps collected")
-    if result["success_rate"] is not None:
-        print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
-        print(f"learning curve: {out / 'eval' / CURVE_NAME}")
-    print(f"checkpoint: {result['checkpoint']}")
-    print(f"config: {out / CONFIG_NAME}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
-    return EXIT_OK
-
-
 def run_train_rl(cfg: RLConfig | FilteredBCConfig) -> int:
-    from vlagym.rl.filtered_bc import FilteredBCConfig
+    from vlagym.rl.filtered_bc import FilteredBCConfig, train_filtered_bc
     from vlagym.rl.ppo import CONFIG_NAME, CURVE_NAME, train_rl
 
-    if isinstance(cfg, FilteredBCConfig):
-        return run_filtered_bc(cfg)
+    filtered = isinstance(cfg, FilteredBCConfig)
     try:
-        result = train_rl(cfg)
+        result = train_filtered_bc(cfg) if filtered else train_rl(cfg)
     except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
         if isinstance(e, TypeError) and not cfg.env_kwargs:
             raise
         raise UserError(str(e)) from e
     out = Path(cfg.out)
-    print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
+    if filtered:
+        print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps")
+    else:
+        print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
     if result["success_rate"] is not None:
         print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
         print(f"learning curve: {out / 'eval' / CURVE_NAME}")

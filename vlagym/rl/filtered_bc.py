@@ -42,7 +42,6 @@ streams are restored and the rounds' seeds are fixed, so a resumed run equals an
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -50,7 +49,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +60,18 @@ import torch
 from gymnasium.vector import AutoresetMode
 from torch.utils.data import default_collate
 
-import vlagym
 from vlagym.checks import check_float, check_int
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
 from vlagym.rl.envs import VECTORIZATION_MODES
+from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
 from vlagym.train.bc import _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
 from vlagym.train.dataset import DemoDataset
+from vlagym.train.demos import write_header
 
 logger = logging.getLogger(__name__)
 
@@ -182,18 +181,9 @@ class FilteredBCConfig:
             self.task = extra.get("env_id")
             if not self.task:
                 raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
-        self.task = str(self.task).removeprefix("vlagym:")
-        if self.task not in vlagym.TASKS:
-            raise ValueError(f"unknown task {self.task!r}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
-        if not isinstance(self.env_kwargs, dict):
-            raise ValueError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
-        clash = sorted(set(self.env_kwargs) & set(RESERVED_ENV_KWARGS))
-        if clash:
-            raise ValueError(f"env_kwargs may not set {clash}: the policy's observations fix them")
-        try:
-            json.dumps(self.env_kwargs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
+        self.task = check_task_and_env_kwargs(
+            self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the policy's observations fix them"
+        )
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
@@ -425,21 +415,8 @@ def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with h5py.File(tmp, "w") as f:
-            f.attrs.update(
-                format=layout.FORMAT,
-                format_version=layout.FORMAT_VERSION,
-                vlagym_version=vlagym.__version__,
-                mujoco_version=mujoco.__version__,
-                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            )
-            data = f.create_group("data")
             obs_keys = ["proprio", "state"] + [layout.image_key(c) for c in (episodes[0].images if episodes else [])]
-            data.attrs.update(
-                env_id=env_id,
-                env_kwargs=json.dumps(env_kwargs),
-                total=sum(len(e.actions) for e in episodes),
-                obs_keys=json.dumps(obs_keys),
-            )
+            data = write_header(f, env_id, env_kwargs, obs_keys, total=sum(len(e.actions) for e in episodes))
             for k, e in enumerate(episodes):
                 g = data.create_group(layout.demo_name(k))
                 obs = g.create_group("obs")
@@ -501,10 +478,6 @@ def _dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> D
 
 
 # ---------------------------------------------------------------------------- checkpoints, evaluation
-def checkpoint_dir(out: str | os.PathLike) -> Path:
-    return Path(out) / "checkpoints"
-
-
 def latest_checkpoint(out: str | os.PathLike) -> Path | None:
     """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
     pointer = checkpoint_dir(out) / LAST_NAME
@@ -512,14 +485,6 @@ def latest_checkpoint(out: str | os.PathLike) -> Path | None:
         return None
     folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
     return folder if (folder / STATE_NAME).is_file() else None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -629,7 +594,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     env_kwargs = {"obs_mode": "rgb", "image_size": pc.image_size, "cameras": list(pc.cameras)}
     env_kwargs.update(ckpt_extra.get("env_kwargs") or {})
     env_kwargs.update(cfg.env_kwargs)
-    bc_sha = _sha256(Path(cfg.policy) / WEIGHTS_NAME)
+    bc_sha = file_sha256(Path(cfg.policy) / WEIGHTS_NAME)
     extra = {
         "env_id": cfg.task,
         "env_kwargs": env_kwargs,

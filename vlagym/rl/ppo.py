@@ -113,6 +113,33 @@ def eval_env_kwargs(env_kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in env_kwargs.items() if k not in ("reward_mode", "terminate_on_success")}
 
 
+def check_task_and_env_kwargs(task: Any, env_kwargs: Any, reserved: tuple[str, ...], why: str) -> str:
+    """The registered task id (a "vlagym:" prefix dropped), after checking that `env_kwargs` is a JSON-serialisable
+    dict setting none of the `reserved` keys (`why` says why they are)."""
+    task = str(task).removeprefix("vlagym:")
+    if task not in vlagym.TASKS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
+    if not isinstance(env_kwargs, dict):
+        raise ValueError(f"env_kwargs must be a dict, got {env_kwargs!r}")
+    clash = sorted(set(env_kwargs) & set(reserved))
+    if clash:
+        raise ValueError(f"env_kwargs may not set {clash}: {why}")
+    try:
+        json.dumps(env_kwargs)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
+    return task
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 # ---------------------------------------------------------------------------- config
 @dataclass
 class RLConfig:
@@ -239,7 +266,10 @@ class RLConfig:
         if not self.policy:
             raise ValueError("post-training needs a BC checkpoint folder (policy); or set from_scratch=True")
         if self.algo != "ppo":
-            raise ValueError(f"post-training of the VLA uses PPO; algo={self.algo!r} is for from_scratch baselines")
+            raise ValueError(
+                f"post-training with RLConfig uses PPO; algo={self.algo!r} is for from_scratch baselines "
+                "(filtered-BC post-training has its own config: vlagym.rl.filtered_bc.FilteredBCConfig)"
+            )
         self.policy = str(self.policy)
         meta = read_checkpoint_config(self.policy)
         check_rl_config(VLAConfig.from_dict(meta["config"]))
@@ -249,18 +279,9 @@ class RLConfig:
                 raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
 
     def _check_env(self) -> None:
-        self.task = str(self.task).removeprefix("vlagym:")
-        if self.task not in vlagym.TASKS:
-            raise ValueError(f"unknown task {self.task!r}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
-        if not isinstance(self.env_kwargs, dict):
-            raise ValueError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
-        clash = sorted(set(self.env_kwargs) & set(RESERVED_ENV_KWARGS))
-        if clash:
-            raise ValueError(f"env_kwargs may not set {clash}: reward, max_episode_steps and the obs mode are options")
-        try:
-            json.dumps(self.env_kwargs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
+        self.task = check_task_and_env_kwargs(
+            self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "reward, max_episode_steps and the obs mode are options"
+        )
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.reward not in REWARDS:
@@ -465,14 +486,6 @@ class _Run:
         return Path(self.cfg.out)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _post_training_run(cfg: RLConfig) -> _Run:
     meta = read_checkpoint_config(cfg.policy)
     bc = VLAPolicy.from_pretrained(cfg.policy)
@@ -518,7 +531,7 @@ def _post_training_run(cfg: RLConfig) -> _Run:
     model.policy.vla.load_state_dict(bc.state_dict(), strict=True)
     if cfg.bc_coef > 0:
         model.set_reference(bc)
-    sha = _sha256(Path(cfg.policy) / WEIGHTS_NAME)
+    sha = file_sha256(Path(cfg.policy) / WEIGHTS_NAME)
     return _Run(cfg, model, vla_meta=vla_meta, eval_env_kwargs=eval_kwargs, bc_sha256=sha)
 
 

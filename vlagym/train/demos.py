@@ -323,6 +323,22 @@ def _write_demo(data: h5py.Group, name: str, ep: _Episode, compression: str) -> 
     g.attrs["complete"] = True
 
 
+def write_header(
+    f: h5py.File, env_id: str, env_kwargs: dict[str, Any], obs_keys: list[str], total: int = 0
+) -> h5py.Group:
+    """The file attributes and the /data group (returned) of a new demo file, as `vlagym.train.layout` says."""
+    f.attrs.update(
+        format=layout.FORMAT,
+        format_version=layout.FORMAT_VERSION,
+        vlagym_version=vlagym.__version__,
+        mujoco_version=mujoco.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    data = f.create_group("data")
+    data.attrs.update(env_id=env_id, env_kwargs=json.dumps(env_kwargs), total=total, obs_keys=json.dumps(obs_keys))
+    return data
+
+
 # ---------------------------------------------------------------------------- the file, committed atomically
 class _Journal:
     """The demo file and its working copy; see "Crash safety" in the module docstring."""
@@ -345,20 +361,7 @@ class _Journal:
         """A new file with no demos (the header only), replacing any file at the path."""
         self.remove_scratch()
         with h5py.File(self.spare, "w") as f:
-            f.attrs.update(
-                format=layout.FORMAT,
-                format_version=layout.FORMAT_VERSION,
-                vlagym_version=vlagym.__version__,
-                mujoco_version=mujoco.__version__,
-                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            )
-            data = f.create_group("data")
-            data.attrs.update(
-                env_id=cfg.task,
-                env_kwargs=json.dumps(cfg.make_kwargs()),
-                total=0,
-                obs_keys=json.dumps(cfg.obs_keys()),
-            )
+            write_header(f, cfg.task, cfg.make_kwargs(), cfg.obs_keys())
         os.replace(self.spare, self.path)
         shutil.copyfile(self.path, self.partial)
 
