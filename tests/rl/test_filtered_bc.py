@@ -207,10 +207,11 @@ def test_run_writes_checkpoints_curve_and_evaluates(bc_checkpoint, demo_file, tm
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path):
-    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", eval_every=0))
-    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", rounds=1, eval_every=0))
-    resumed = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", eval_every=0, resume=True))
+@pytest.mark.parametrize("ema", [0.0, 0.5])
+def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, ema):
+    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", eval_every=0, ema=ema))
+    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", rounds=1, eval_every=0, ema=ema))
+    resumed = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", eval_every=0, resume=True, ema=ema))
     assert (resumed["rounds"], resumed["updates"], resumed["env_steps"]) == (
         straight["rounds"],
         straight["updates"],
@@ -219,6 +220,9 @@ def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path):
     a = load_file(str(tmp_path / "a" / "checkpoints" / "step_4" / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "checkpoints" / "step_4" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    if ema:  # the saved policy is the average, not the raw weights the optimiser moves
+        raw = torch.load(tmp_path / "a" / "checkpoints" / "step_4" / "training_state.pt", weights_only=True)["model"]
+        assert any(not torch.equal(a[k], raw[k]) for k in a)
 
 
 def test_no_demos_and_no_successes_skips_training(bc_checkpoint, tmp_path, caplog):
@@ -253,6 +257,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"rounds": 0}, "rounds"),
         ({"task": "VLA-Nope-v0"}, "unknown task"),
         ({"algo": "ppo"}, "filtered-bc"),
+        ({"ema": 1.0}, "ema must be < 1"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

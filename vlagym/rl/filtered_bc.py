@@ -41,6 +41,7 @@ streams are restored and the rounds' seeds are fixed, so a resumed run equals an
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -69,7 +70,7 @@ from vlagym.rl.envs import VECTORIZATION_MODES
 from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
-from vlagym.train.bc import _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
+from vlagym.train.bc import _ema_update, _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.demos import write_header
 
@@ -127,6 +128,9 @@ class FilteredBCConfig:
     """AdamW weight decay of the weight matrices, as `vlagym train-bc`"""
     grad_clip: float = 1.0
     """clip the global gradient norm to this (0: no clipping)"""
+    ema: float = 0.0
+    """decay of an exponential moving average of the weights, e.g. 0.999 (0: off); when on, the EMA weights are
+    the policy: what collects, what is saved and what is evaluated"""
     demos: list[str] | None = None
     """demo files mixed into every batch; None: the BC checkpoint's training data (when the files exist); []: none"""
     demo_fraction: float = 0.5
@@ -214,6 +218,9 @@ class FilteredBCConfig:
         check_float("lr", self.lr, 0.0, low_open=True)
         check_float("weight_decay", self.weight_decay, 0.0)
         check_float("grad_clip", self.grad_clip, 0.0)
+        check_float("ema", self.ema, 0.0, 1.0)
+        if self.ema == 1.0:
+            raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
         for name in ("augment", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
@@ -500,16 +507,20 @@ class _Progress:
     curve: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _write_checkpoint(out: Path, policy: VLAPolicy, optimizer, progress: _Progress, extra: dict[str, Any]) -> Path:
+def _write_checkpoint(
+    out: Path, policy: VLAPolicy, ema: VLAPolicy | None, optimizer, progress: _Progress, extra: dict[str, Any]
+) -> Path:
     root = checkpoint_dir(out)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{progress.updates}"
     tmp = root / f".tmp_step_{progress.updates}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        policy.save_pretrained(tmp, extra={**extra, "num_updates": progress.updates, "round": progress.round})
+        acting = ema if ema is not None else policy
+        acting.save_pretrained(tmp, extra={**extra, "num_updates": progress.updates, "round": progress.round})
         state = {
             "model": policy.state_dict(),
+            "ema": ema.state_dict() if ema is not None else None,
             "optimizer": optimizer.state_dict(),
             "round": progress.round,
             "updates": progress.updates,
@@ -603,6 +614,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
         "bc_sha256": bc_sha,
     }
     optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
+    acting = ema if ema is not None else policy  # the policy that collects, is saved and is evaluated
     demos = _dataset(cfg.demos, policy, cfg.augment, cfg.seed)
 
     progress = _Progress()
@@ -614,6 +627,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 f"{last} was post-trained from other BC weights than {cfg.policy} now holds; resume with the original"
             )
         policy.load_state_dict(state["model"], strict=True)
+        if ema is not None:
+            if state.get("ema") is None:
+                raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
+            ema.load_state_dict(state["ema"], strict=True)
         optimizer.load_state_dict(state["optimizer"])
         progress = _Progress(
             round=int(state["round"]),
@@ -635,7 +652,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     writer = SummaryWriter(str(out / "tb"), purge_step=progress.updates if progress.updates else None)
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
     envs = make_collection_envs(cfg, env_kwargs)
-    actor = NoisyVLA(policy, cfg.noise_std)
+    actor = NoisyVLA(acting, cfg.noise_std)
     checkpoint, last_eval = last, None
     try:
         while progress.round < cfg.rounds:
@@ -676,6 +693,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
                 optimizer.step()
+                if ema is not None:
+                    _ema_update(ema, policy, cfg.ema)
                 losses.append(float(loss.detach()))
                 progress.updates += 1
             policy.eval()
@@ -702,7 +721,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 len(losses),
                 float(np.mean(losses)) if losses else math.nan,
             )
-            checkpoint = _write_checkpoint(out, policy, optimizer, progress, extra)
+            checkpoint = _write_checkpoint(out, policy, ema, optimizer, progress, extra)
             done = progress.round >= cfg.rounds or (
                 cfg.max_minutes is not None and progress.train_s >= 60.0 * cfg.max_minutes
             )
