@@ -344,6 +344,7 @@ class NoisyVLA:
 
     def __init__(self, policy: VLAPolicy, noise_std: float):
         self.policy, self.noise_std = policy, float(noise_std)
+        self.seconds = 0.0  # spent choosing actions (inference and noise), for the collection's time split
         self._noise: list[np.random.Generator | None] = []
         self._flow: list[torch.Generator | None] = []
 
@@ -359,6 +360,7 @@ class NoisyVLA:
             self._flow[i] = episode_noise_generator(int(seeds[i]))
 
     def __call__(self, obs: Any) -> np.ndarray:
+        t0 = time.perf_counter()
         with torch.inference_mode():
             batch = self.policy.batch_from_obs(obs)
             flow = self.policy.config.head == "flow"
@@ -368,6 +370,7 @@ class NoisyVLA:
             scale = self.policy.action_scale.cpu().numpy()[:-1]
             for i, g in enumerate(self._noise):
                 action[i, :-1] += (self.noise_std * scale * g.standard_normal(scale.shape)).astype(np.float32)
+        self.seconds += time.perf_counter() - t0
         return action
 
 
@@ -665,7 +668,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.eval()
             first = cfg.collect_seed + r * cfg.episodes_per_round
             seeds = list(range(first, first + cfg.episodes_per_round))
+            policy_s = actor.seconds
             records, successes = collect_round(envs, actor, seeds)
+            policy_s = actor.seconds - policy_s
             if successes:
                 write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs)
                 progress.success_rounds.append(r)
@@ -710,6 +715,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar("train/loss", float(np.mean(losses)), progress.updates)
                 writer.add_scalar("train/grad_norm", float(grad_norm), progress.updates)
             writer.add_scalar("time/collect_s", t1 - t0, progress.updates)
+            # the collection split: choosing actions (VLA inference, noise) vs the rest (stepping the sub-envs:
+            # simulation, rendering, the recorder; writing the round's file)
+            writer.add_scalar("time/collect_policy_s", policy_s, progress.updates)
+            writer.add_scalar("time/collect_env_s", t1 - t0 - policy_s, progress.updates)
             writer.add_scalar("time/learn_s", t2 - t1, progress.updates)
             writer.add_scalar("time/env_steps_per_s", steps / (t1 - t0), progress.updates)
             writer.add_scalar("time/env_steps", progress.env_steps, progress.updates)
