@@ -72,7 +72,7 @@ from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
 from vlagym.train.bc import _ema_update, _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
 from vlagym.train.dataset import DemoDataset
-from vlagym.train.demos import write_header
+from vlagym.train.demos import _Episode, _write_demo, write_header
 
 logger = logging.getLogger(__name__)
 
@@ -425,27 +425,24 @@ def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with h5py.File(tmp, "w") as f:
-            obs_keys = ["proprio", "state"] + [layout.image_key(c) for c in (episodes[0].images if episodes else [])]
+            images = [layout.image_key(c) for c in (episodes[0].images if episodes else [])]
+            obs_keys = [*images, "proprio", "state"]  # the order `vlagym demos` writes
             data = write_header(f, env_id, env_kwargs, obs_keys, total=sum(len(e.actions) for e in episodes))
             for k, e in enumerate(episodes):
-                g = data.create_group(layout.demo_name(k))
-                obs = g.create_group("obs")
-                for cam, images in e.images.items():
-                    obs.create_dataset(
-                        layout.image_key(cam), data=images, chunks=(1, *images.shape[1:]), compression="gzip"
-                    )
-                obs.create_dataset("proprio", data=e.proprio)
-                obs.create_dataset("state", data=e.state)
-                g.create_dataset("actions", data=e.actions)
-                g.create_dataset("rewards", data=e.rewards)
-                dones = np.zeros(len(e.actions), np.uint8)
-                dones[-1] = 1
-                g.create_dataset("dones", data=dones)
-                g.create_dataset("states", data=e.states.astype(np.float64))
-                g.attrs.update(
-                    num_samples=len(e.actions), seed=e.seed, instruction=e.instruction, success=True, task=e.task
+                demo = _Episode(
+                    index=k,
+                    seed=e.seed,
+                    instruction=e.instruction,
+                    task=e.task,
+                    images=e.images,
+                    proprio=e.proprio,
+                    state=e.state,
+                    sim_states=e.states,
+                    actions=e.actions,
+                    rewards=e.rewards,
+                    success=True,
                 )
-                g.attrs["complete"] = True
+                _write_demo(data, layout.demo_name(k), demo, "gzip")  # the writer of `vlagym demos`
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
