@@ -730,7 +730,7 @@ _RL_OPTIONS = (
 _FBC_OPTIONS = (
     "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
-    "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema",
+    "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -740,6 +740,7 @@ _FBC_ONLY = (
     "demos",
     "demo_fraction",
     "buffer_rounds",
+    "lr_schedule",
 )
 
 
@@ -1131,6 +1132,12 @@ def _add_train_rl_parser(sub) -> None:
         "--buffer-rounds", type=int, default=None, help="train on the last N rounds' successes (default: all)"
     )
     g.add_argument("--ema", type=float, default=None, help="EMA decay of the weights that act (default: 0, off)")
+    g.add_argument(
+        "--lr-schedule",
+        choices=("constant", "cosine"),
+        default=None,
+        help="cosine: decay lr to 0 over rounds x updates-per-round (default: constant)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

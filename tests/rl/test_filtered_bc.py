@@ -3,6 +3,7 @@ determinism across n_envs and across a resume, config errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import gymnasium as gym
@@ -18,8 +19,10 @@ from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
 from vlagym.rl.filtered_bc import (
     FilteredBCConfig,
     NoisyVLA,
+    _lr_factor,
     _Mixture,
     collect_round,
+    latest_checkpoint,
     make_collection_envs,
     rollout_path,
     train_filtered_bc,
@@ -207,11 +210,14 @@ def test_run_writes_checkpoints_curve_and_evaluates(bc_checkpoint, demo_file, tm
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-@pytest.mark.parametrize("ema", [0.0, 0.5])
-def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, ema):
-    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", eval_every=0, ema=ema))
-    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", rounds=1, eval_every=0, ema=ema))
-    resumed = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", eval_every=0, resume=True, ema=ema))
+@pytest.mark.parametrize("ema, schedule", [(0.0, "constant"), (0.5, "constant"), (0.0, "cosine")])
+def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, ema, schedule):
+    common = dict(eval_every=0, ema=ema, lr_schedule=schedule)
+    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", **common))
+    # the first half alone, stopped by the time limit, so that its schedule is the whole run's
+    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", max_minutes=1e-9, **common))
+    assert latest_checkpoint(tmp_path / "b").name == "step_2"
+    resumed = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", resume=True, **common))
     assert (resumed["rounds"], resumed["updates"], resumed["env_steps"]) == (
         straight["rounds"],
         straight["updates"],
@@ -223,6 +229,13 @@ def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, 
     if ema:  # the saved policy is the average, not the raw weights the optimiser moves
         raw = torch.load(tmp_path / "a" / "checkpoints" / "step_4" / "training_state.pt", weights_only=True)["model"]
         assert any(not torch.equal(a[k], raw[k]) for k in a)
+
+
+def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):
+    cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], rounds=4, updates_per_round=25, lr_schedule="cosine")
+    assert [round(_lr_factor(cfg, u), 6) for u in (0, 50, 100, 120)] == [1.0, 0.5, 0.0, 0.0]
+    constant = dataclasses.replace(cfg, lr_schedule="constant")
+    assert {_lr_factor(constant, u) for u in (0, 50, 100)} == {1.0}
 
 
 def test_no_demos_and_no_successes_skips_training(bc_checkpoint, tmp_path, caplog):
@@ -258,6 +271,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"task": "VLA-Nope-v0"}, "unknown task"),
         ({"algo": "ppo"}, "filtered-bc"),
         ({"ema": 1.0}, "ema must be < 1"),
+        ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

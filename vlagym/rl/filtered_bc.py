@@ -70,7 +70,15 @@ from vlagym.rl.envs import VECTORIZATION_MODES
 from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
-from vlagym.train.bc import _ema_update, _param_groups, preserved_rng, rng_state, seed_everything, set_rng_state
+from vlagym.train.bc import (
+    _ema_update,
+    _param_groups,
+    lr_factor,
+    preserved_rng,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.demos import _Episode, _write_demo, write_header
 
@@ -78,6 +86,7 @@ logger = logging.getLogger(__name__)
 
 ALGO = "filtered-bc"
 DEVICES = ("auto", "cpu", "cuda")
+LR_SCHEDULES = ("constant", "cosine")
 CONFIG_NAME = "rl_config.json"
 STATE_NAME = "training_state.pt"
 LAST_NAME = "last.json"
@@ -123,7 +132,10 @@ class FilteredBCConfig:
     batch_size: int = 64
     """samples per optimiser step"""
     lr: float = 1e-4
-    """AdamW learning rate (constant)"""
+    """AdamW (peak) learning rate"""
+    lr_schedule: str = "constant"
+    """"constant", or "cosine": cosine decay from `lr` to 0 over the `rounds` * `updates_per_round` updates of
+    the run (set `rounds` to what fits the time budget: a run stopped early by `max_minutes` never decays)"""
     weight_decay: float = 1e-4
     """AdamW weight decay of the weight matrices, as `vlagym train-bc`"""
     grad_clip: float = 1.0
@@ -192,6 +204,8 @@ class FilteredBCConfig:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         return extra
 
     def _check_numbers(self) -> None:
@@ -584,6 +598,13 @@ def train_filtered_bc(cfg: FilteredBCConfig) -> dict[str, Any]:
         torch.set_num_threads(threads)
 
 
+def _lr_factor(cfg: FilteredBCConfig, update: int) -> float:
+    """Multiplier of `cfg.lr` at optimiser step `update` (a function of the step alone, so resume needs no state)."""
+    if cfg.lr_schedule == "cosine":
+        return lr_factor(update, 0, cfg.rounds * cfg.updates_per_round)
+    return 1.0
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -690,6 +711,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.train()
             losses = []
             for _ in range(updates):
+                lr = cfg.lr * _lr_factor(cfg, progress.updates)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
                 loss, _metrics = policy(mixture.batch(rng))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -711,6 +735,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             if losses:
                 writer.add_scalar("train/loss", float(np.mean(losses)), progress.updates)
                 writer.add_scalar("train/grad_norm", float(grad_norm), progress.updates)
+                writer.add_scalar("train/lr", lr, progress.updates)
             writer.add_scalar("time/collect_s", t1 - t0, progress.updates)
             # the collection split: choosing actions (VLA inference, noise) vs the rest (stepping the sub-envs:
             # simulation, rendering, the recorder; writing the round's file)
