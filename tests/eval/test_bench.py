@@ -60,6 +60,12 @@ def test_quick_run_writes_every_section(quick_run):
     for row in doc["sections"]["ppo"]["rows"]:  # where training time goes: env steps, policy, updates
         shares = [row[k] for k in ("env_share", "policy_share", "learn_share")]
         assert all(0 < x < 1 for x in shares) and sum(shares) == pytest.approx(1.0)
+    fbc = doc["sections"]["filtered-bc"]["rows"]
+    assert [r["run"] for r in fbc] == ["batches drawn inline", "batches prefetched (default)"]
+    for row in fbc:  # collection (env steps, policy) and updates share the time
+        shares = [row[k] for k in ("env_share", "policy_share", "learn_share")]
+        assert all(0 < x < 1 for x in shares) and sum(shares) == pytest.approx(1.0)
+        assert row["collect_steps_per_s"] > 0 and row["updates_per_s"] > 0
     assert f"results: {path}" in stdout
 
 

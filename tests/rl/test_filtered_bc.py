@@ -21,6 +21,7 @@ from vlagym.rl.filtered_bc import (
     NoisyVLA,
     _lr_factor,
     _Mixture,
+    _Prefetch,
     collect_round,
     latest_checkpoint,
     make_collection_envs,
@@ -172,6 +173,40 @@ def test_mixture_draws_its_share_from_each_source(expert_rollouts, demo_file, bc
     assert [n for _, n in _Mixture(demos, None, 0.25, 8).parts] == [8, 0]
     with pytest.raises(ValueError, match="nothing to train on"):
         _Mixture(None, None, 0.5, 8)
+
+
+def test_prefetched_batches_are_the_inline_draws_in_order():
+    def draws(seed):
+        rng = np.random.default_rng(seed)
+        return lambda: rng.integers(0, 1000, 3)
+
+    inline = draws(7)
+    expected = [inline() for _ in range(20)]
+    for depth in (2, 0):  # a background thread; inline
+        with _Prefetch(draws(7), 20, depth=depth) as batches:
+            got = list(batches)
+        assert len(got) == 20 and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    with _Prefetch(None, 0) as batches:  # a round with nothing to train on
+        assert list(batches) == []
+
+
+def test_prefetch_raises_the_draws_error_and_stops_when_left_early():
+    calls = []
+
+    def draw():
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("unreadable rollout file")
+        return len(calls)
+
+    with pytest.raises(OSError, match="unreadable rollout file"), _Prefetch(draw, 10) as batches:
+        assert [next(batches), next(batches)] == [1, 2]
+        next(batches)
+    prefetch = _Prefetch(lambda: calls.append(1), 10_000, depth=1)
+    with pytest.raises(RuntimeError, match="boom"), prefetch as batches:
+        next(batches)
+        raise RuntimeError("boom")
+    assert not prefetch._thread.is_alive() and len(calls) < 100  # stopped, not drawn to the end
 
 
 def _config(checkpoint, demo_file, out, **overrides):

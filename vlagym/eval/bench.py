@@ -60,7 +60,7 @@ T = TypeVar("T")
 
 FORMAT = "vlagym-bench"
 FORMAT_VERSION = 1
-SECTIONS = ("env", "render", "vector", "dataset", "bc", "latency", "ppo")
+SECTIONS = ("env", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc")
 DEVICES = ("cpu", "cuda")
 MAIN_TASK = "VLA-PickCup-v0"  # the quickstart task: first in the default task list, the one-task sections use it
 CAMERAS = ("front", "wrist")
@@ -106,6 +106,10 @@ class Budget:
     """PPO RL steps per sub-env per rollout"""
     ppo_iterations: int
     """PPO rollout + update iterations (at least 2: the update time is logged at the next rollout)"""
+    fbc_episodes: int
+    """filtered-BC collection episodes per round (2 rounds per pass, on `ppo_envs` sub-envs)"""
+    fbc_updates: int
+    """filtered-BC optimiser steps per round"""
 
 
 FULL = Budget(
@@ -124,6 +128,8 @@ FULL = Budget(
     ppo_envs=2,
     ppo_n_steps=64,
     ppo_iterations=4,
+    fbc_episodes=8,
+    fbc_updates=60,
 )
 QUICK = Budget(
     repeats=1,
@@ -141,6 +147,8 @@ QUICK = Budget(
     ppo_envs=1,
     ppo_n_steps=4,
     ppo_iterations=2,
+    fbc_episodes=1,
+    fbc_updates=2,
 )
 
 
@@ -986,6 +994,82 @@ def bench_ppo(cfg: BenchConfig, work: _Work) -> Table:
     )
 
 
+def fbc_rates(tb: Path) -> dict[str, float]:
+    """Collection env steps/s, updates/s and where the time goes, from a `train_filtered_bc` TensorBoard log."""
+    s = read_scalars(tb)
+
+    def total(tag: str) -> float:
+        return float(sum(v for _, v in s.get(tag, [])))
+
+    env_steps = max(v for _, v in s["time/env_steps"])
+    updates = max(k for k, _ in s["time/learn_s"])
+    collect_s, learn_s = total("time/collect_s"), total("time/learn_s")
+    return {
+        "collect_steps_per_s": env_steps / collect_s,
+        "updates_per_s": updates / learn_s if learn_s > 0 else math.nan,
+        "env_share": total("time/collect_env_s") / (collect_s + learn_s),
+        "policy_share": total("time/collect_policy_s") / (collect_s + learn_s),
+        "learn_share": learn_s / (collect_s + learn_s),
+    }
+
+
+def bench_filtered_bc(cfg: BenchConfig, work: _Work) -> Table:
+    from vlagym.rl.filtered_bc import FilteredBCConfig, train_filtered_bc
+
+    b, task = cfg.budget, cfg.task_list[0]
+
+    def one_run(prefetch: bool) -> dict[str, float]:
+        fbc = FilteredBCConfig(
+            policy=str(work.bc_checkpoint()),
+            task=task,
+            demos=[str(work.demo_file())],
+            out=str(work.new_folder("fbc")),
+            rounds=2,
+            episodes_per_round=b.fbc_episodes,
+            n_envs=b.ppo_envs,
+            updates_per_round=b.fbc_updates,
+            batch_size=b.batch_size,
+            prefetch=prefetch,
+            eval_every=0,
+            device=cfg.device,
+            progress=False,
+        )
+        result = train_filtered_bc(fbc)
+        return {"env_steps": result["env_steps"], **fbc_rates(Path(fbc.out) / "tb")}
+
+    runs = {"batches drawn inline": False, "batches prefetched (default)": True}
+    samples = interleaved(
+        {label: functools.partial(one_run, prefetch) for label, prefetch in runs.items()}, cfg.repeats, "filtered-bc"
+    )
+    rows = []
+    for label, passes in samples.items():
+        metrics = transpose(passes)
+        metrics.pop("env_steps")
+        rows.append({"run": label, **summarise(metrics)})
+    return Table(
+        "filtered-bc",
+        f"Filtered-BC post-training (train_filtered_bc on {task})",
+        ["run"],
+        {
+            "run": "run",
+            "collect_steps_per_s": "collection env steps/s",
+            "updates_per_s": "updates/s",
+            "env_share": "time: env steps",
+            "policy_share": "time: policy in collection",
+            "learn_share": "time: updates",
+        },
+        rows,
+        [
+            f"2 rounds of {b.fbc_episodes} noisy episodes on {b.ppo_envs} sync sub-env(s) and {b.fbc_updates} "
+            f"updates of batch {b.batch_size} (half demos), {cfg.image_size} px, ImageAugment on, on {cfg.device}; "
+            "the two runs draw identical batches, the second in a background thread while the update runs",
+            "time shares are fractions of collection + updates: env steps (simulation, rendering, the "
+            "recorder, writing the round's file), the policy while collecting (inference, noise), updates",
+            passes_note(cfg.repeats) + ", each training anew",
+        ],
+    )
+
+
 SECTION_FUNCTIONS: dict[str, Callable[[BenchConfig, _Work], Table]] = {
     "env": bench_env,
     "render": bench_render,
@@ -994,6 +1078,7 @@ SECTION_FUNCTIONS: dict[str, Callable[[BenchConfig, _Work], Table]] = {
     "bc": bench_bc,
     "latency": bench_latency,
     "ppo": bench_ppo,
+    "filtered-bc": bench_filtered_bc,
 }
 
 

@@ -43,12 +43,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
+import queue
 import shutil
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +155,9 @@ class FilteredBCConfig:
     """train on the successes of the last this many rounds; None: of every round so far"""
     augment: bool = True
     """random crop and colour jitter of the images, as `vlagym train-bc`"""
+    prefetch: bool = True
+    """draw (read, augment) the next batches in a background thread while the current update runs; False:
+    inline (the same batches, slower: `vlagym bench --sections filtered-bc` compares the two)"""
     seed: int = 0
     """seeds the batch draws and the augmentation"""
     collect_seed: int = 10_000_000
@@ -236,7 +243,7 @@ class FilteredBCConfig:
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
-        for name in ("augment", "resume", "progress"):
+        for name in ("augment", "prefetch", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -395,8 +402,6 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
     wrappers: list[Any] = [_RolloutRecorder]
     if cfg.vectorization == "async":
-        import functools
-
         wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
     return gym.make_vec(
         cfg.task,
@@ -483,6 +488,56 @@ class _Mixture:
                 item = dataset[int(j)]
                 items.append({k: v for k, v in item.items() if k.startswith(IMAGE_KEY) or k in _LOWDIM})
         return default_collate(items)
+
+
+class _Prefetch:
+    """Draws `n` batches in a background thread, at most `depth` ahead of the training loop, so reading and
+    augmenting the next batch overlaps the current update. The thread is the only caller of `draw` (and so the
+    only user of its generator and datasets), so the batches are exactly those of calling `draw` inline.
+
+    Use as a context manager: leaving it early (an error in the loop) stops the thread; an error in `draw`
+    is raised in the loop. ``depth=0`` draws inline, in the loop's thread."""
+
+    def __init__(self, draw: Callable[[], Any] | None, n: int, depth: int = 2):
+        self._draw, self._n, self._inline = draw, n, depth == 0
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="filtered-bc-batches", daemon=True)
+
+    def _put(self, item: tuple[Any, BaseException | None]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for _ in range(self._n):
+                if not self._put((self._draw(), None)):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the training loop, which raises it
+            self._put((None, e))
+
+    def __enter__(self) -> Iterator[Any]:
+        if self._inline:
+            return (self._draw() for _ in range(self._n))
+        self._thread.start()
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
+        for _ in range(self._n):
+            batch, error = self._queue.get()
+            if error is not None:
+                raise error
+            yield batch
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 def _dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> DemoDataset | None:
@@ -702,27 +757,28 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             for dataset in (demos, buffer):
                 if dataset is not None:
                     dataset.set_epoch(r)
-            updates = cfg.updates_per_round
+            updates, draw = 0, None
             if demos is None and buffer is None:
                 logger.warning("round %d: no demos and no successful episode yet: nothing to train on", r)
-                updates = 0
             else:
-                mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size)
+                updates = cfg.updates_per_round
+                draw = functools.partial(_Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size).batch, rng)
             policy.train()
             losses = []
-            for _ in range(updates):
-                lr = cfg.lr * _lr_factor(cfg, progress.updates)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                loss, _metrics = policy(mixture.batch(rng))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
-                optimizer.step()
-                if ema is not None:
-                    _ema_update(ema, policy, cfg.ema)
-                losses.append(float(loss.detach()))
-                progress.updates += 1
+            with _Prefetch(draw, updates, depth=2 if cfg.prefetch else 0) as batches:
+                for batch in batches:
+                    lr = cfg.lr * _lr_factor(cfg, progress.updates)
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    loss, _metrics = policy(batch)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
+                    optimizer.step()
+                    if ema is not None:
+                        _ema_update(ema, policy, cfg.ema)
+                    losses.append(float(loss.detach()))
+                    progress.updates += 1
             policy.eval()
             t2 = time.perf_counter()
             progress.train_s += t2 - t0
