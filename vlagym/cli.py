@@ -731,6 +731,7 @@ _FBC_OPTIONS = (
     "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
+    "group_size", "weighting",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -741,6 +742,8 @@ _FBC_ONLY = (
     "demo_fraction",
     "buffer_rounds",
     "lr_schedule",
+    "group_size",
+    "weighting",
 )
 
 
@@ -1137,6 +1140,15 @@ def _add_train_rl_parser(sub) -> None:
         choices=("constant", "cosine"),
         default=None,
         help="cosine: decay lr to 0 over rounds x updates-per-round (default: constant)",
+    )
+    g.add_argument(
+        "--group-size", type=int, default=None, help="tries of each initial state per round, own noise (default: 1)"
+    )
+    g.add_argument(
+        "--weighting",
+        choices=("episode", "state"),
+        default=None,
+        help="state: the successes of one initial state share one unit of weight (default: episode)",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

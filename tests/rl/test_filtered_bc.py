@@ -19,13 +19,17 @@ from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
 from vlagym.rl.filtered_bc import (
     FilteredBCConfig,
     NoisyVLA,
+    _draw,
     _lr_factor,
     _Mixture,
     _Prefetch,
     collect_round,
     latest_checkpoint,
     make_collection_envs,
+    read_weights,
     rollout_path,
+    round_seeds,
+    success_weights,
     train_filtered_bc,
     write_rollouts,
 )
@@ -150,6 +154,72 @@ def test_collection_noise_depends_on_the_episode_seed_alone(bc_checkpoint):
     assert not np.allclose(a[0], a[1])
 
 
+def test_each_try_of_a_seed_gets_noise_of_its_own(bc_checkpoint):
+    env = gym.make(TASK, **ENV)
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    batch = {"images": {c: np.stack([obs["images"][c]] * 2) for c in obs["images"]},
+             "proprio": np.stack([obs["proprio"]] * 2), "instruction": [obs["instruction"]] * 2}  # fmt: skip
+    policy = VLAPolicy.from_pretrained(bc_checkpoint)
+    noisy = NoisyVLA(policy, 0.5)
+
+    def act(seeds):
+        noisy.reset(np.ones(2, bool), np.array(seeds))
+        return noisy(batch)
+
+    first = act([5, 6])  # try 0 of seeds 5 and 6
+    second = act([5, 5])  # tries 1 and 2 of seed 5
+    assert not np.allclose(first[0], second[0]) and not np.allclose(second[0], second[1])
+    noisy.new_round()
+    np.testing.assert_array_equal(act([5, 6]), first)  # a new round starts again at try 0
+
+
+def test_round_seeds_repeat_each_state_group_size_times(bc_checkpoint):
+    base = dict(policy=str(bc_checkpoint), demos=[], collect_seed=1000, episodes_per_round=6)
+    assert round_seeds(FilteredBCConfig(**base), 2) == list(range(1012, 1018))  # the layout before groups
+    assert round_seeds(FilteredBCConfig(**base, group_size=3), 1) == [1002, 1002, 1002, 1003, 1003, 1003]
+
+
+def test_repeated_seeds_keep_every_successful_try(tmp_path_factory):
+    cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
+    envs = make_collection_envs(cfg, ENV)
+    try:
+        records, episodes = collect_round(envs, _ExpertActor(envs), [3, 3, 4])
+    finally:
+        envs.close()
+    assert [r.seed for r in records] == [3, 3, 4] and all(r.success for r in records)
+    assert [e.seed for e in episodes] == [3, 3, 4]
+    assert success_weights(episodes, "episode") == [1.0, 1.0, 1.0]
+    assert success_weights(episodes, "state") == [0.5, 0.5, 1.0]
+
+
+def test_weights_round_trip_and_steer_the_draws(expert_rollouts, bc_checkpoint, tmp_path):
+    _, episodes, _ = expert_rollouts
+    path = tmp_path / "weighted.hdf5"
+    write_rollouts(path, episodes, TASK, ENV, [2.0, 0.5, 1.0])
+    np.testing.assert_array_equal(read_weights(path), [2.0, 0.5, 1.0])
+    assert check_dataset(path) == []
+    with pytest.raises(ValueError, match="2 weights for 3 episodes"):
+        write_rollouts(tmp_path / "bad.hdf5", episodes, TASK, ENV, [1.0, 1.0])
+    policy = VLAPolicy.from_pretrained(bc_checkpoint)
+    successes = DemoDataset([path], chunk_size=policy.config.chunk_size, cameras=["front"], keys=("proprio",))
+    lengths = np.asarray(successes.episode_lengths)
+    weights = np.array([1.0, 1e-9, 3.0])
+    mixture = _Mixture(None, successes, 0.5, 8, weights)
+    cdf = mixture.parts[1][2]
+    episode = np.searchsorted(np.cumsum(lengths), _draw(np.random.default_rng(0), len(successes), 20_000, cdf),
+                              side="right")  # fmt: skip
+    share = np.bincount(episode, minlength=3) / len(episode)
+    expected = weights * lengths / (weights * lengths).sum()
+    np.testing.assert_allclose(share, expected, atol=0.02)
+    assert share[1] == 0.0
+    assert mixture.batch(np.random.default_rng(0))["action"].shape[0] == 8
+    with pytest.raises(ValueError, match="one positive weight per success episode"):
+        _Mixture(None, successes, 0.5, 8, np.array([1.0, 1.0]))
+
+
 def test_without_noise_collection_acts_as_vlagym_eval(bc_checkpoint, tmp_path):
     seeds = [100000, 100001]
     collected = _noisy_records(bc_checkpoint, 2, 0.0, seeds)
@@ -245,9 +315,12 @@ def test_run_writes_checkpoints_curve_and_evaluates(bc_checkpoint, demo_file, tm
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-@pytest.mark.parametrize("ema, schedule", [(0.0, "constant"), (0.5, "constant"), (0.0, "cosine")])
-def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, ema, schedule):
-    common = dict(eval_every=0, ema=ema, lr_schedule=schedule)
+@pytest.mark.parametrize(
+    "ema, schedule, groups",
+    [(0.0, "constant", {}), (0.5, "constant", {}), (0.0, "cosine", {"group_size": 2, "weighting": "state"})],
+)
+def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, ema, schedule, groups):
+    common = dict(eval_every=0, ema=ema, lr_schedule=schedule, **groups)
     straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", **common))
     # the first half alone, stopped by the time limit, so that its schedule is the whole run's
     train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", max_minutes=1e-9, **common))
@@ -271,6 +344,19 @@ def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):
     assert [round(_lr_factor(cfg, u), 6) for u in (0, 50, 100, 120)] == [1.0, 0.5, 0.0, 0.0]
     constant = dataclasses.replace(cfg, lr_schedule="constant")
     assert {_lr_factor(constant, u) for u in (0, 50, 100)} == {1.0}
+
+
+def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+    # the scripted expert collects, so that every try succeeds and the weighted buffer is trained on
+    monkeypatch.setattr(fbc, "collect_round", lambda envs, actor, seeds: real(envs, _ExpertActor(envs), seeds))
+    cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", group_size=2, weighting="state", eval_every=0)
+    result = train_filtered_bc(cfg)
+    assert result["updates"] == 4
+    for r in range(2):  # one state per round, tried twice: both successes share its unit of weight
+        np.testing.assert_array_equal(read_weights(rollout_path(tmp_path / "run", r)), [0.5, 0.5])
 
 
 def test_no_demos_and_no_successes_skips_training(bc_checkpoint, tmp_path, caplog):
@@ -307,6 +393,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"algo": "ppo"}, "filtered-bc"),
         ({"ema": 1.0}, "ema must be < 1"),
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
+        ({"episodes_per_round": 10, "group_size": 4}, "must be a multiple of group_size"),
+        ({"weighting": "return"}, "weighting must be one of"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

@@ -15,8 +15,11 @@ Gaussian noise of std `noise_std` (in normalised action units, the units the VLA
 dimensions of each executed action; the gripper command is not perturbed. Episode i of round r is reset with seed
 ``collect_seed + r * episodes_per_round + i``, and its noise comes from a generator of its own seed, so a round's
 episodes do not depend on `n_envs` (up to the last bits of batched inference, which contact-rich episodes can
-amplify, as in `vlagym eval`). A recorder inside each sub-env (it works in async vector envs too) keeps what
-the demos layout holds, and the successful episodes of round r are written as a demo file,
+amplify, as in `vlagym eval`). With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
+states (seeds ``collect_seed + r * episodes_per_round / G + k``) G times in a row, each try with noise of its
+own, and ``weighting="state"`` lets the successes of one state share one unit of weight, so that successes on
+the states the policy seldom solves count most. A recorder inside each sub-env (it works in async vector envs
+too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
 ``OUT/rollouts/round_<r>.hdf5`` (`vlagym dataset check` accepts it; `vlagym train-bc` can train on it).
 
 Training: `updates_per_round` AdamW steps on batches of which a `demo_fraction` share is drawn from the demos
@@ -83,7 +86,7 @@ from vlagym.train.bc import (
     seed_everything,
     set_rng_state,
 )
-from vlagym.train.dataset import DemoDataset
+from vlagym.train.dataset import DemoDataset, _complete_demos
 from vlagym.train.demos import _Episode, _write_demo, write_header
 
 logger = logging.getLogger(__name__)
@@ -91,6 +94,8 @@ logger = logging.getLogger(__name__)
 ALGO = "filtered-bc"
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
+WEIGHTINGS = ("episode", "state")
+WEIGHT_ATTR = "weight"  # a rollout file's demo attribute: the episode's sampling weight
 CONFIG_NAME = "rl_config.json"
 STATE_NAME = "training_state.pt"
 LAST_NAME = "last.json"
@@ -125,6 +130,13 @@ class FilteredBCConfig:
     excluded, resumed runs included); None: no time limit"""
     episodes_per_round: int = 200
     """collection episodes per round"""
+    group_size: int = 1
+    """tries of each initial state per round, each with noise of its own (`episodes_per_round` must be a
+    multiple): a round runs episodes_per_round / group_size states; 1: every episode a fresh state"""
+    weighting: str = "episode"
+    """how the successes weigh in the batches: "episode", each successful episode alike; "state", the
+    successes of one initial state share one unit (with `group_size` > 1, one success on a state the policy
+    seldom solves counts as much as all of them on a state it always solves)"""
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: str = "sync"
@@ -211,6 +223,8 @@ class FilteredBCConfig:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {list(WEIGHTINGS)}, got {self.weighting!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         return extra
@@ -219,6 +233,7 @@ class FilteredBCConfig:
         for name, low in (
             ("rounds", 1),
             ("episodes_per_round", 1),
+            ("group_size", 1),
             ("n_envs", 1),
             ("updates_per_round", 0),
             ("batch_size", 1),
@@ -230,6 +245,10 @@ class FilteredBCConfig:
             ("eval_seed", 0),
         ):
             check_int(name, getattr(self, name), low)
+        if self.episodes_per_round % self.group_size:
+            raise ValueError(
+                f"episodes_per_round ({self.episodes_per_round}) must be a multiple of group_size ({self.group_size})"
+            )
         for name in ("buffer_rounds", "torch_threads"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
@@ -361,13 +380,20 @@ class NoisyVLA:
     in normalised action units on every executed action's arm dimensions (all but the last, the gripper).
 
     Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
-    `reset`), so an episode depends on its seed alone, not on `n_envs` or the rows beside it."""
+    `reset`), so an episode depends on its seed alone, not on `n_envs` or the rows beside it. The k-th episode
+    of a seed since `new_round` (k = 0, 1, ...: the tries of a group, started in list order) gets the noise of
+    (seed, k), so the tries of one state differ; try 0's noise is the seed's alone."""
 
     def __init__(self, policy: VLAPolicy, noise_std: float):
         self.policy, self.noise_std = policy, float(noise_std)
         self.seconds = 0.0  # spent choosing actions (inference and noise), for the collection's time split
         self._noise: list[np.random.Generator | None] = []
         self._flow: list[torch.Generator | None] = []
+        self._tries: dict[int, int] = {}
+
+    def new_round(self) -> None:
+        """Forget the tries counted so far: the next episode of every seed is its try 0."""
+        self._tries = {}
 
     def reset(self, mask: np.ndarray, seeds: np.ndarray) -> None:
         from vlagym.eval.evaluate import episode_noise_generator
@@ -377,8 +403,16 @@ class NoisyVLA:
             self._noise, self._flow = [None] * len(mask), [None] * len(mask)
         self.policy.reset(mask=mask)
         for i in np.flatnonzero(mask):
-            self._noise[i] = np.random.default_rng([NOISE_STREAM, int(seeds[i])])
-            self._flow[i] = episode_noise_generator(int(seeds[i]))
+            seed = int(seeds[i])
+            k = self._tries.get(seed, 0)
+            self._tries[seed] = k + 1
+            key = [NOISE_STREAM, seed] if k == 0 else [NOISE_STREAM, seed, k]
+            self._noise[i] = np.random.default_rng(key)
+            if k == 0:
+                self._flow[i] = episode_noise_generator(seed)  # as `vlagym eval` draws it
+            else:
+                state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
+                self._flow[i] = torch.Generator().manual_seed(int(state))
 
     def __call__(self, obs: Any) -> np.ndarray:
         t0 = time.perf_counter()
@@ -413,12 +447,22 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
     )
 
 
-def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
-    """Run one episode per seed; returns (records, successful episodes in seed order)."""
+def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
+    """The reset seeds of round r's episodes: episodes_per_round / group_size fresh states, each `group_size`
+    times in a row (state k of round r has seed collect_seed + r * states + k)."""
+    states = cfg.episodes_per_round // cfg.group_size
+    first = cfg.collect_seed + round_ * states
+    return [first + k for k in range(states) for _ in range(cfg.group_size)]
+
+
+def collect_round(envs: gym.vector.VectorEnv, actor: Any, seeds: list[int], progress: bool = False):
+    """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group); returns (records,
+    successful episodes in seed order; the tries of one seed in an order of their content, so that the
+    result does not depend on which sub-env finished first)."""
     from vlagym.eval.rollout import run_episodes
 
     wanted = set(seeds)
-    episodes: dict[int, RolloutEpisode] = {}
+    episodes: dict[int, list[RolloutEpisode]] = {}
 
     def on_step(info: dict[str, Any]) -> None:
         if RECORD_KEY not in info:
@@ -426,11 +470,32 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         for i in np.flatnonzero(info.get(f"_{RECORD_KEY}", np.ones(len(info[RECORD_KEY]), bool))):
             episode = info[RECORD_KEY][i]
             if isinstance(episode, RolloutEpisode) and episode.seed in wanted:  # not a throw-away episode
-                episodes[episode.seed] = episode
+                episodes.setdefault(episode.seed, []).append(episode)
 
+    if hasattr(actor, "new_round"):  # a NoisyVLA counts the tries of each seed afresh
+        actor.new_round()
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
-    successes = [episodes[r.seed] for r in records if r.success and r.seed in episodes]
+    for tries in episodes.values():
+        tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
+    successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
     return records, successes
+
+
+def success_weights(successes: list[RolloutEpisode], weighting: str) -> list[float]:
+    """Each successful episode's sampling weight: 1 ("episode"), or 1 / (successes of its seed) ("state")."""
+    if weighting == "episode":
+        return [1.0] * len(successes)
+    counts: dict[int, int] = {}
+    for e in successes:
+        counts[e.seed] = counts.get(e.seed, 0) + 1
+    return [1.0 / counts[e.seed] for e in successes]
+
+
+def read_weights(path: str | os.PathLike) -> np.ndarray:
+    """The per-episode weights of a rollout file, in its demos' order (1 where none is stored)."""
+    with h5py.File(path, "r") as f:
+        data = f["data"]
+        return np.array([float(data[n].attrs.get(WEIGHT_ATTR, 1.0)) for n in _complete_demos(data, Path(path))])
 
 
 def rollout_path(out: str | os.PathLike, round_: int) -> Path:
@@ -438,8 +503,17 @@ def rollout_path(out: str | os.PathLike, round_: int) -> Path:
     return Path(out) / ROLLOUTS / f"round_{round_:04d}.hdf5"
 
 
-def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """The episodes as a demo file (the layout of `vlagym.train.layout`), written to a temporary name and renamed."""
+def write_rollouts(
+    path: Path,
+    episodes: list[RolloutEpisode],
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    weights: list[float] | None = None,
+) -> None:
+    """The episodes as a demo file (the layout of `vlagym.train.layout`), written to a temporary name and renamed;
+    `weights` (one per episode) are stored as each demo's ``weight`` attribute."""
+    if weights is not None and len(weights) != len(episodes):
+        raise ValueError(f"{len(weights)} weights for {len(episodes)} episodes")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -462,6 +536,8 @@ def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_
                     success=True,
                 )
                 _write_demo(data, layout.demo_name(k), demo, "gzip")  # the writer of `vlagym demos`
+                if weights is not None:
+                    data[layout.demo_name(k)].attrs[WEIGHT_ATTR] = float(weights[k])
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -469,22 +545,39 @@ def write_rollouts(path: Path, episodes: list[RolloutEpisode], env_id: str, env_
 
 # ---------------------------------------------------------------------------- training data
 class _Mixture:
-    """Batches with a fixed share from the demos and the rest from the successes, drawn by one generator."""
+    """Batches with a fixed share from the demos and the rest from the successes, drawn by one generator.
 
-    def __init__(self, demos: DemoDataset | None, successes: DemoDataset | None, demo_fraction: float, batch: int):
+    Samples are drawn uniformly from each source, or, with `weights` (one per episode of `successes`), each
+    success sample with its episode's weight."""
+
+    def __init__(
+        self,
+        demos: DemoDataset | None,
+        successes: DemoDataset | None,
+        demo_fraction: float,
+        batch: int,
+        weights: np.ndarray | None = None,
+    ):
         if demos is None and successes is None:
             raise ValueError("nothing to train on: no demos and no successful episode yet")
         n_demo = round(batch * demo_fraction) if demos is not None else 0
         if successes is None:
             n_demo = batch
-        self.parts = [(demos, n_demo), (successes, batch - n_demo)]
+        self.parts = [(demos, n_demo, None), (successes, batch - n_demo, None)]
+        if weights is not None and successes is not None:
+            lengths = np.asarray(successes.episode_lengths)
+            weights = np.asarray(weights, np.float64)
+            if weights.shape != lengths.shape or not np.all(weights > 0):
+                raise ValueError(f"need one positive weight per success episode ({len(lengths)}), got {weights}")
+            cdf = np.cumsum(np.repeat(weights, lengths))
+            self.parts[1] = (successes, batch - n_demo, cdf / cdf[-1])
 
     def batch(self, rng: np.random.Generator) -> dict[str, Any]:
         items = []
-        for dataset, n in self.parts:
+        for dataset, n, cdf in self.parts:
             if dataset is None or n == 0:
                 continue
-            for j in rng.integers(0, len(dataset), n):
+            for j in _draw(rng, len(dataset), n, cdf):
                 item = dataset[int(j)]
                 items.append({k: v for k, v in item.items() if k.startswith(IMAGE_KEY) or k in _LOWDIM})
         return default_collate(items)
@@ -538,6 +631,13 @@ class _Prefetch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+
+def _draw(rng: np.random.Generator, size: int, n: int, cdf: np.ndarray | None) -> np.ndarray:
+    """`n` sample indices in [0, size): uniform, or by the normalised cumulative weights `cdf`."""
+    if cdf is None:
+        return rng.integers(0, size, n)
+    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), size - 1)
 
 
 def _dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> DemoDataset | None:
@@ -739,13 +839,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             t0 = time.perf_counter()
             # collect
             policy.eval()
-            first = cfg.collect_seed + r * cfg.episodes_per_round
-            seeds = list(range(first, first + cfg.episodes_per_round))
+            seeds = round_seeds(cfg, r)
             policy_s = actor.seconds
             records, successes = collect_round(envs, actor, seeds)
             policy_s = actor.seconds - policy_s
             if successes:
-                write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs)
+                weights = success_weights(successes, cfg.weighting)
+                write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
                 progress.success_rounds.append(r)
             steps = sum(rec.length for rec in records)
             progress.env_steps += steps
@@ -762,7 +862,11 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 logger.warning("round %d: no demos and no successful episode yet: nothing to train on", r)
             else:
                 updates = cfg.updates_per_round
-                draw = functools.partial(_Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size).batch, rng)
+                weights = None
+                if buffer is not None and cfg.weighting != "episode":
+                    weights = np.concatenate([read_weights(rollout_path(out, k)) for k in kept])
+                mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, weights)
+                draw = functools.partial(mixture.batch, rng)
             policy.train()
             losses = []
             with _Prefetch(draw, updates, depth=2 if cfg.prefetch else 0) as batches:
