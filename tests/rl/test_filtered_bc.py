@@ -238,9 +238,9 @@ def test_mixture_draws_its_share_from_each_source(expert_rollouts, demo_file, bc
     batch = _Mixture(demos, successes, 0.25, 8).batch(np.random.default_rng(0))
     assert batch["action"].shape == (8, k, 7) and batch[IMAGE_KEY + "front"].shape == (8, 3, 32, 32)
     assert batch[PROPRIO_KEY].shape == (8, 23) and len(batch["instruction"]) == 8
-    assert [n for _, n in _Mixture(demos, successes, 0.25, 8).parts] == [2, 6]
-    assert [n for _, n in _Mixture(None, successes, 0.25, 8).parts] == [0, 8]
-    assert [n for _, n in _Mixture(demos, None, 0.25, 8).parts] == [8, 0]
+    assert [n for _, n, _ in _Mixture(demos, successes, 0.25, 8).parts] == [2, 6]
+    assert [n for _, n, _ in _Mixture(None, successes, 0.25, 8).parts] == [0, 8]
+    assert [n for _, n, _ in _Mixture(demos, None, 0.25, 8).parts] == [8, 0]
     with pytest.raises(ValueError, match="nothing to train on"):
         _Mixture(None, None, 0.5, 8)
 
