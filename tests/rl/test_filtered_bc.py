@@ -49,6 +49,9 @@ class _ExpertActor:
     def reset(self, mask, seeds=None):
         self.expert.reset(mask)
 
+    def new_round(self):
+        pass  # deterministic: no tries to count
+
     def __call__(self, obs):
         return self.expert(obs)
 
@@ -131,14 +134,19 @@ def _noisy_records(checkpoint, n_envs, noise, seeds):
     return [(r.seed, r.length, r.episode_return) for r in records]
 
 
-def test_collection_noise_depends_on_the_episode_seed_alone(bc_checkpoint):
+def _two_rows_of_one_observation():
+    """A batched observation (as a 2-env vector env returns it) holding seed 0's first observation twice."""
     env = gym.make(TASK, **ENV)
     try:
         obs, _ = env.reset(seed=0)
     finally:
         env.close()
-    batch = {"images": {c: np.stack([obs["images"][c]] * 2) for c in obs["images"]},
-             "proprio": np.stack([obs["proprio"]] * 2), "instruction": [obs["instruction"]] * 2}  # fmt: skip
+    return {"images": {c: np.stack([obs["images"][c]] * 2) for c in obs["images"]},
+            "proprio": np.stack([obs["proprio"]] * 2), "instruction": [obs["instruction"]] * 2}  # fmt: skip
+
+
+def test_collection_noise_depends_on_the_episode_seed_alone(bc_checkpoint):
+    batch = _two_rows_of_one_observation()
 
     def noise(seeds):
         policy = VLAPolicy.from_pretrained(bc_checkpoint)
@@ -155,13 +163,7 @@ def test_collection_noise_depends_on_the_episode_seed_alone(bc_checkpoint):
 
 
 def test_each_try_of_a_seed_gets_noise_of_its_own(bc_checkpoint):
-    env = gym.make(TASK, **ENV)
-    try:
-        obs, _ = env.reset(seed=0)
-    finally:
-        env.close()
-    batch = {"images": {c: np.stack([obs["images"][c]] * 2) for c in obs["images"]},
-             "proprio": np.stack([obs["proprio"]] * 2), "instruction": [obs["instruction"]] * 2}  # fmt: skip
+    batch = _two_rows_of_one_observation()
     policy = VLAPolicy.from_pretrained(bc_checkpoint)
     noisy = NoisyVLA(policy, 0.5)
 

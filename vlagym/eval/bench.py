@@ -1034,18 +1034,14 @@ def bench_filtered_bc(cfg: BenchConfig, work: _Work) -> Table:
             device=cfg.device,
             progress=False,
         )
-        result = train_filtered_bc(fbc)
-        return {"env_steps": result["env_steps"], **fbc_rates(Path(fbc.out) / "tb")}
+        train_filtered_bc(fbc)
+        return fbc_rates(Path(fbc.out) / "tb")
 
     runs = {"batches drawn inline": False, "batches prefetched (default)": True}
     samples = interleaved(
         {label: functools.partial(one_run, prefetch) for label, prefetch in runs.items()}, cfg.repeats, "filtered-bc"
     )
-    rows = []
-    for label, passes in samples.items():
-        metrics = transpose(passes)
-        metrics.pop("env_steps")
-        rows.append({"run": label, **summarise(metrics)})
+    rows = [{"run": label, **summarise(transpose(passes))} for label, passes in samples.items()]
     return Table(
         "filtered-bc",
         f"Filtered-BC post-training (train_filtered_bc on {task})",

@@ -169,7 +169,7 @@ class FilteredBCConfig:
     """random crop and colour jitter of the images, as `vlagym train-bc`"""
     prefetch: bool = True
     """draw (read, augment) the next batches in a background thread while the current update runs; False:
-    inline (the same batches, slower: `vlagym bench --sections filtered-bc` compares the two)"""
+    inline, in the training thread (the same batches; `vlagym bench --sections filtered-bc` compares the two)"""
     seed: int = 0
     """seeds the batch draws and the augmentation"""
     collect_seed: int = 10_000_000
@@ -455,7 +455,7 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
     return [first + k for k in range(states) for _ in range(cfg.group_size)]
 
 
-def collect_round(envs: gym.vector.VectorEnv, actor: Any, seeds: list[int], progress: bool = False):
+def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group); returns (records,
     successful episodes in seed order; the tries of one seed in an order of their content, so that the
     result does not depend on which sub-env finished first)."""
@@ -472,8 +472,7 @@ def collect_round(envs: gym.vector.VectorEnv, actor: Any, seeds: list[int], prog
             if isinstance(episode, RolloutEpisode) and episode.seed in wanted:  # not a throw-away episode
                 episodes.setdefault(episode.seed, []).append(episode)
 
-    if hasattr(actor, "new_round"):  # a NoisyVLA counts the tries of each seed afresh
-        actor.new_round()
+    actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
     for tries in episodes.values():
         tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
