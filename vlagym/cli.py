@@ -731,13 +731,14 @@ _FBC_OPTIONS = (
     "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
-    "group_size", "weighting",
+    "group_size", "weighting", "noise_hold",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
     "episodes_per_round",
     "updates_per_round",
     "noise_std",
+    "noise_hold",
     "demos",
     "demo_fraction",
     "buffer_rounds",
@@ -1126,6 +1127,9 @@ def _add_train_rl_parser(sub) -> None:
     g.add_argument("--updates-per-round", type=int, default=None, help="optimiser steps per round (default: 300)")
     g.add_argument(
         "--noise-std", type=float, default=None, help="exploration noise, normalised action units (default: 0.1)"
+    )
+    g.add_argument(
+        "--noise-hold", type=int, default=None, help="steps each noise draw is held, e.g. the chunk (default: 1)"
     )
     g.add_argument(
         "--demos", nargs="+", default=None, metavar="FILE", help="demo files to mix in (default: the BC checkpoint's)"

@@ -178,6 +178,37 @@ def test_each_try_of_a_seed_gets_noise_of_its_own(bc_checkpoint):
     np.testing.assert_array_equal(act([5, 6]), first)  # a new round starts again at try 0
 
 
+def test_held_noise_changes_every_hold_steps(bc_checkpoint):
+    batch = _two_rows_of_one_observation()
+
+    def noise(hold, steps, restart_row_at=None):
+        noisy = NoisyVLA(VLAPolicy.from_pretrained(bc_checkpoint), 0.5, hold)
+        clean = NoisyVLA(VLAPolicy.from_pretrained(bc_checkpoint), 0.0)
+        for actor in (noisy, clean):
+            actor.reset(np.ones(2, bool), np.array([5, 6]))
+        out = []
+        for t in range(steps):
+            if t == restart_row_at:  # row 1 starts a new episode (seed 7); row 0 carries on
+                for actor in (noisy, clean):
+                    actor.reset(np.array([False, True]), np.array([5, 7]))
+            out.append(noisy(batch) - clean(batch))
+        return np.stack(out)  # (step, row, action dim)
+
+    held = noise(hold=3, steps=7)
+    for t in range(7):
+        np.testing.assert_allclose(held[t], held[t - t % 3], atol=1e-6)  # one draw per block of 3 steps
+    assert not np.allclose(held[0], held[3]) and not np.allclose(held[3], held[6])
+    fresh = noise(hold=1, steps=3)
+    np.testing.assert_allclose(held[0], fresh[0], atol=1e-6)  # the same stream: held draw k is fresh draw k
+    np.testing.assert_allclose(held[3], fresh[1], atol=1e-6)
+    restarted = noise(hold=3, steps=5, restart_row_at=2)
+    np.testing.assert_allclose(restarted[:, 0], held[:5, 0], atol=1e-6)
+    np.testing.assert_allclose(restarted[2, 1], restarted[4, 1], atol=1e-6)  # the new episode's block starts at 2
+    assert not np.allclose(restarted[1, 1], restarted[2, 1])
+    with pytest.raises(ValueError, match="hold"):
+        NoisyVLA(VLAPolicy.from_pretrained(bc_checkpoint), 0.5, 0)
+
+
 def test_round_seeds_repeat_each_state_group_size_times(bc_checkpoint):
     base = dict(policy=str(bc_checkpoint), demos=[], collect_seed=1000, episodes_per_round=6)
     assert round_seeds(FilteredBCConfig(**base), 2) == list(range(1012, 1018))  # the layout before groups
@@ -389,6 +420,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"demos": ["/nonexistent.hdf5"]}, "does not exist"),
         ({"env_kwargs": {"obs_mode": "state"}}, "may not set"),
         ({"noise_std": -0.1}, "noise_std"),
+        ({"noise_hold": 0}, "noise_hold"),
         ({"demo_fraction": 1.5}, "demo_fraction"),
         ({"rounds": 0}, "rounds"),
         ({"task": "VLA-Nope-v0"}, "unknown task"),

@@ -12,7 +12,8 @@ One readable script (CleanRL style): config, collection, the round loop.
 
 Collection: `n_envs` sub-envs run the VLA as `vlagym eval` runs it (same head, chunking, gripper decode), with
 Gaussian noise of std `noise_std` (in normalised action units, the units the VLA predicts in) added to the arm
-dimensions of each executed action; the gripper command is not perturbed. Episode i of round r is reset with seed
+dimensions of each executed action (a fresh draw every step, or held for `noise_hold` steps: one offset per
+chunk explores paths rather than jitter); the gripper command is not perturbed. Episode i of round r is reset with seed
 ``collect_seed + r * episodes_per_round + i``, and its noise comes from a generator of its own seed, so a round's
 episodes do not depend on `n_envs` (up to the last bits of batched inference, which contact-rich episodes can
 amplify, as in `vlagym eval`). With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
@@ -143,6 +144,10 @@ class FilteredBCConfig:
     """"sync" (one process) or "async" (one worker process per sub-env)"""
     noise_std: float = 0.1
     """std of the Gaussian exploration noise on the executed arm actions, in normalised action units (0: none)"""
+    noise_hold: int = 1
+    """steps each noise draw is held: 1, fresh noise every step; the policy's n_action_steps, one constant offset
+    per executed chunk (temporally correlated exploration: the arm drifts off the mean path instead of jittering
+    around it)"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -235,6 +240,7 @@ class FilteredBCConfig:
             ("episodes_per_round", 1),
             ("group_size", 1),
             ("n_envs", 1),
+            ("noise_hold", 1),
             ("updates_per_round", 0),
             ("batch_size", 1),
             ("seed", 0),
@@ -377,17 +383,22 @@ class _RolloutRecorder(gym.Wrapper):
 
 class NoisyVLA:
     """A `VLAPolicy` as a batched rollout policy (what `vlagym eval` runs), plus Gaussian noise of std `noise_std`
-    in normalised action units on every executed action's arm dimensions (all but the last, the gripper).
+    in normalised action units on every executed action's arm dimensions (all but the last, the gripper); each
+    draw is held for `hold` steps of its episode (steps 0..hold-1 share one draw, and so on).
 
     Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
     `reset`), so an episode depends on its seed alone, not on `n_envs` or the rows beside it. The k-th episode
     of a seed since `new_round` (k = 0, 1, ...: the tries of a group, started in list order) gets the noise of
     (seed, k), so the tries of one state differ; try 0's noise is the seed's alone."""
 
-    def __init__(self, policy: VLAPolicy, noise_std: float):
-        self.policy, self.noise_std = policy, float(noise_std)
+    def __init__(self, policy: VLAPolicy, noise_std: float, hold: int = 1):
+        if int(hold) < 1:
+            raise ValueError(f"hold must be >= 1 step, got {hold!r}")
+        self.policy, self.noise_std, self.hold = policy, float(noise_std), int(hold)
         self.seconds = 0.0  # spent choosing actions (inference and noise), for the collection's time split
         self._noise: list[np.random.Generator | None] = []
+        self._held: list[np.ndarray | None] = []  # each row's current draw (standard normal)
+        self._age = np.zeros(0, np.int64)  # each row's steps since its episode started
         self._flow: list[torch.Generator | None] = []
         self._tries: dict[int, int] = {}
 
@@ -400,8 +411,10 @@ class NoisyVLA:
 
         mask = np.asarray(mask, bool)
         if len(self._noise) != len(mask):
-            self._noise, self._flow = [None] * len(mask), [None] * len(mask)
+            self._noise, self._flow, self._held = [None] * len(mask), [None] * len(mask), [None] * len(mask)
+            self._age = np.zeros(len(mask), np.int64)
         self.policy.reset(mask=mask)
+        self._age[mask] = 0
         for i in np.flatnonzero(mask):
             seed = int(seeds[i])
             k = self._tries.get(seed, 0)
@@ -424,7 +437,10 @@ class NoisyVLA:
         if self.noise_std > 0:
             scale = self.policy.action_scale.cpu().numpy()[:-1]
             for i, g in enumerate(self._noise):
-                action[i, :-1] += (self.noise_std * scale * g.standard_normal(scale.shape)).astype(np.float32)
+                if self._age[i] % self.hold == 0:
+                    self._held[i] = g.standard_normal(scale.shape)
+                action[i, :-1] += (self.noise_std * scale * self._held[i]).astype(np.float32)
+            self._age += 1
         self.seconds += time.perf_counter() - t0
         return action
 
@@ -827,7 +843,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     writer = SummaryWriter(str(out / "tb"), purge_step=progress.updates if progress.updates else None)
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
     envs = make_collection_envs(cfg, env_kwargs)
-    actor = NoisyVLA(acting, cfg.noise_std)
+    actor = NoisyVLA(acting, cfg.noise_std, cfg.noise_hold)
     checkpoint, last_eval = last, None
     try:
         while progress.round < cfg.rounds:
