@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from vlagym.train import augment as augment_module
 from vlagym.train import layout
-from vlagym.train.augment import ImageAugment
+from vlagym.train.augment import AugmentDraw, ImageAugment
 from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats, stats_path, to_norm_stats
 from vlagym.wrappers.normalize import NormStats
 
@@ -271,6 +271,19 @@ def test_augment_is_independent_per_image_and_deterministic():
     assert all(torch.equal(shared[0], shared[i]) for i in range(4))
 
 
+def test_augment_apply_of_many_draws_equals_one_call_per_draw():
+    aug = ImageAugment(crop_scale=(0.5, 1.0), shift_px=3, hue=0.1)
+    images = torch.randint(0, 256, (6, 2, 3, 20, 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    one_by_one = torch.stack(
+        [aug(images[i], generator=torch.Generator().manual_seed(i), shared=True) for i in range(6)]
+    )
+    draws = [aug.draw(1, 20, 20, torch.Generator().manual_seed(i)) for i in range(6)]
+    assert len({box[2:4] for d in draws for box in d.boxes}) > 1  # crops of several sizes in one batch
+    assert torch.equal(aug.apply(images, AugmentDraw.cat(draws)), one_by_one)
+    with pytest.raises(ValueError, match="draws"):
+        aug.apply(images, AugmentDraw.cat(draws[:5]))
+
+
 def test_augment_keeps_orientation():
     aug = ImageAugment(crop_scale=(0.5, 1.0), shift_px=4, brightness=0.2, contrast=0.2, saturation=0.2, hue=0.05)
     img = _gradient_image()
@@ -329,3 +342,21 @@ def test_dataset_augments_each_camera_and_sample_independently(demo_file_factory
     assert not torch.equal(ds[2]["observation.images.front"], front)
     hwc = DemoDataset(path, augment=aug, seed=7, image_format="hwc")[2]["observation.images.front"]
     assert hwc.shape == (16, 16, 3) and hwc.dtype == torch.uint8
+
+
+@pytest.mark.parametrize("history, image_format", [(1, "chw"), (2, "hwc")])
+def test_a_batch_of_items_equals_the_items_one_by_one(demo_file_factory, history, image_format):
+    path = demo_file_factory(lengths=(5, 7), image_size=16)
+    ds = DemoDataset(path, chunk_size=3, history=history, image_format=image_format, augment=ImageAugment(), seed=2)
+    indices = [11, 0, 4, 11, -1, 6]
+    batch = ds.__getitems__(indices)  # what a DataLoader calls: the pixel work once per camera
+    for index, item in zip(indices, batch, strict=True):
+        single = ds[index]
+        assert item.keys() == single.keys()
+        for key, value in single.items():
+            assert torch.equal(item[key], value) if isinstance(value, torch.Tensor) else item[key] == value, key
+    assert torch.equal(batch[0]["observation.images.front"], batch[3]["observation.images.front"])
+    loader = torch.utils.data.DataLoader(ds, batch_size=3)
+    first = next(iter(loader))
+    expected = torch.utils.data.default_collate([ds[i] for i in range(3)])
+    assert torch.equal(first["observation.images.wrist"], expected["observation.images.wrist"])

@@ -4,11 +4,16 @@ Every image gets its own random draw (per camera, per sample), from a `torch.Gen
 given, so the same seed gives the same augmentation. The geometry is a crop (zoom in, then resize back)
 and/or an integer shift with replicated borders, both plain slices with positive steps: an image is never
 mirrored or rotated (a mirrored image would flip the meaning of left/right actions).
+
+Drawing and the pixel work are separate (`ImageAugment.draw`, `ImageAugment.apply`), so a batch can take each
+sample's draw from that sample's own generator and still do the pixel work once for the whole batch
+(`DemoDataset.__getitems__`): the result is the same as augmenting the samples one by one.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,6 +31,20 @@ def _check_range(name: str, value: float, lo: float, hi: float) -> float:
     if not lo <= value <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value!r}")
     return value
+
+
+class AugmentDraw(NamedTuple):
+    """The random draws of `n` augmentations (see `ImageAugment.draw`)."""
+
+    boxes: list[tuple[int, int, int, int, int, int]]
+    """per draw `(top, left, crop_height, crop_width, shift_y, shift_x)`, see `ImageAugment.sample_boxes`"""
+    color: np.ndarray
+    """(n, 4) uniforms in [-1, 1]: brightness, contrast, saturation, hue (`ImageAugment.color_params`)"""
+
+    @staticmethod
+    def cat(draws: list[AugmentDraw]) -> AugmentDraw:
+        """The draws one after the other, as one `AugmentDraw`."""
+        return AugmentDraw([box for d in draws for box in d.boxes], np.concatenate([d.color for d in draws]))
 
 
 class ImageAugment:
@@ -107,14 +126,21 @@ class ImageAugment:
         self, n: int, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per image: a `(n, 3, 3)` RGB matrix (brightness, contrast gain, saturation, hue), brightness, contrast."""
+        return self.color_params(self._color_uniforms(n, generator))
+
+    @staticmethod
+    def _color_uniforms(n: int, generator: torch.Generator | None) -> np.ndarray:
+        return 2.0 * torch.rand(n, 4, generator=generator, dtype=torch.float64).numpy() - 1.0
+
+    def color_params(self, u: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`sample_color`'s output from its uniform draws `u` `(n, 4)` in [-1, 1]."""
         # numpy for the per-image algebra: a dozen tiny torch ops would cost more than the pixels.
-        u = 2.0 * torch.rand(n, 4, generator=generator, dtype=torch.float64).numpy() - 1.0
         brightness = 1.0 + self.brightness * u[:, 0]
         contrast = 1.0 + self.contrast * u[:, 1]
         saturation = 1.0 + self.saturation * u[:, 2]
         angle = self.hue * 2.0 * math.pi * u[:, 3]
         cos, sin = np.cos(angle) * saturation, np.sin(angle) * saturation
-        yiq = np.zeros((n, 3, 3))
+        yiq = np.zeros((len(u), 3, 3))
         yiq[:, 0, 0] = 1.0
         yiq[:, 1, 1], yiq[:, 1, 2], yiq[:, 2, 1], yiq[:, 2, 2] = cos, -sin, sin, cos
         matrix = (brightness * contrast)[:, None, None] * (_YIQ_TO_RGB @ yiq @ _RGB_TO_YIQ)
@@ -124,19 +150,43 @@ class ImageAugment:
             torch.from_numpy(contrast.astype(np.float32)),
         )
 
+    def draw(self, n: int, height: int, width: int, generator: torch.Generator | None = None) -> AugmentDraw:
+        """`n` augmentations' random draws for `(height, width)` images: geometry first, then colour (always
+        both, so a seed gives the same crop whatever the colour settings)."""
+        boxes = self.sample_boxes(n, height, width, generator)
+        return AugmentDraw(boxes, self._color_uniforms(n, generator))
+
     @staticmethod
-    def _crop_shift(x: torch.Tensor, box: tuple[int, int, int, int, int, int]) -> torch.Tensor:
-        """Crop, resize back and shift float images `(m, 3, H, W)` by one box."""
-        height, width = x.shape[-2:]
-        top, left, crop_h, crop_w, dy, dx = box
-        if (crop_h, crop_w) != (height, width):
-            x = x[:, :, top : top + crop_h, left : left + crop_w]
-            x = F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False, antialias=False)
-        if dy or dx:
-            pad = max(abs(dy), abs(dx))
-            x = F.pad(x, (pad, pad, pad, pad), mode="replicate")
-            x = x[:, :, pad - dy : pad - dy + height, pad - dx : pad - dx + width]
-        return x
+    def _crop_shift(x: torch.Tensor, boxes: list[tuple[int, int, int, int, int, int]]) -> torch.Tensor:
+        """Crop, resize back and shift float images `(n, m, 3, H, W)`, the m images of x[i] by boxes[i].
+
+        Crops of one size are resized by one call (bilinear interpolation treats every image on its own, so
+        this equals resizing them one by one)."""
+        n, m, _, height, width = x.shape
+        out = x.clone()
+        sizes: dict[tuple[int, int], list[int]] = {}
+        for i, (_top, _left, crop_h, crop_w, _dy, _dx) in enumerate(boxes):
+            if (crop_h, crop_w) != (height, width):
+                sizes.setdefault((crop_h, crop_w), []).append(i)
+        for (crop_h, crop_w), rows in sizes.items():
+            crops = []
+            for i in rows:
+                top, left = boxes[i][:2]
+                crops.append(x[i, ..., top : top + crop_h, left : left + crop_w])
+            resized = F.interpolate(
+                torch.stack(crops).reshape(-1, 3, crop_h, crop_w),
+                size=(height, width),
+                mode="bilinear",
+                align_corners=False,
+                antialias=False,
+            )
+            out[rows] = resized.reshape(len(rows), m, 3, height, width)
+        for i, (_top, _left, _crop_h, _crop_w, dy, dx) in enumerate(boxes):
+            if dy or dx:
+                pad = max(abs(dy), abs(dx))
+                padded = F.pad(out[i], (pad, pad, pad, pad), mode="replicate")
+                out[i] = padded[:, :, pad - dy : pad - dy + height, pad - dx : pad - dx + width]
+        return out
 
     def _color(self, x: torch.Tensor, matrix: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor):
         # Contrast blends towards the image's mean luma; brightness scales that mean too. Gray (m, m, m) is a
@@ -161,19 +211,26 @@ class ImageAugment:
             raise ValueError(f"ImageAugment takes (3, H, W) or (*, 3, H, W) images, got shape {tuple(images.shape)}")
         shape = images.shape
         height, width = shape[-2:]
-        x = images.reshape(-1, 3, height, width).float()
-        n = x.shape[0]
-        draws = 1 if shared else n
-        # Draw the geometry first and always, so a given seed gives the same crop whatever the colour settings.
-        boxes = self.sample_boxes(draws, height, width, generator)
-        matrix, brightness, contrast = self.sample_color(draws, generator)
+        x = images.reshape(-1, 3, height, width)
+        x = x[None] if shared else x[:, None]  # (draws, images per draw, 3, H, W)
+        return self.apply(x, self.draw(x.shape[0], height, width, generator)).reshape(shape)
+
+    def apply(self, images: torch.Tensor, draw: AugmentDraw) -> torch.Tensor:
+        """The pixel work: uint8 images `(n, *, 3, H, W)`, all images of ``images[i]`` augmented by draw i."""
+        if images.dtype != torch.uint8:
+            raise TypeError(f"ImageAugment takes uint8 images, got {images.dtype}")
+        n = images.shape[0]
+        if images.dim() < 4 or images.shape[-3] != 3 or len(draw.boxes) != n:
+            raise ValueError(f"apply needs (n, *, 3, H, W) images and n draws, got {tuple(images.shape)} and "
+                             f"{len(draw.boxes)} draws")  # fmt: skip
+        shape = images.shape
+        height, width = shape[-2:]
+        x = images.reshape(n, -1, 3, height, width).float()
+        m = x.shape[1]
         if self.has_geometry:
-            if shared:
-                x = self._crop_shift(x, boxes[0])
-            else:
-                x = torch.cat([self._crop_shift(x[i : i + 1], box) for i, box in enumerate(boxes)])
+            x = self._crop_shift(x, draw.boxes)
+        x = x.reshape(n * m, 3, height, width)
         if self.has_color:
-            if shared:
-                matrix, brightness, contrast = matrix.expand(n, 3, 3), brightness.expand(n), contrast.expand(n)
+            matrix, brightness, contrast = self.color_params(np.repeat(draw.color, m, axis=0))
             x = self._color(x, matrix, brightness, contrast)
         return x.round_().clamp_(0, 255).to(torch.uint8).reshape(shape)

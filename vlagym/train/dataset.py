@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 
 from vlagym.io import atomic_write_json
 from vlagym.train import layout
+from vlagym.train.augment import AugmentDraw
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 from vlagym.wrappers.normalize import NormStats
 
@@ -501,7 +502,44 @@ class DemoDataset(Dataset):
         return torch.Generator().manual_seed(seed)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        index = int(index)
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The items `indices`, as ``[self[i] for i in indices]`` gives them; torch's DataLoader fetches a batch
+        through this. Each sample's augmentation is drawn from its own generator, and with an augmentation
+        that separates drawing from the pixel work (`ImageAugment`), the pixel work runs once per camera for
+        the whole batch."""
+        batched = self.augment is not None and hasattr(self.augment, "draw") and hasattr(self.augment, "apply")
+        items, draws = [], []
+        for index in indices:
+            item = self._read(int(index))
+            if self.augment is not None:
+                generator = self._generator(item["index"])
+                for cam in self.cameras:
+                    key = f"observation.images.{cam}"
+                    if batched:
+                        height, width = item[key].shape[-2:]
+                        draws.append(self.augment.draw(1, height, width, generator))
+                    else:
+                        item[key] = self.augment(item[key], generator=generator, shared=True)
+            items.append(item)
+        if batched and items:
+            for c, cam in enumerate(self.cameras):
+                key = f"observation.images.{cam}"
+                images = self.augment.apply(
+                    torch.stack([item[key] for item in items]), AugmentDraw.cat(draws[c :: len(self.cameras)])
+                )
+                for item, image in zip(items, images, strict=True):
+                    item[key] = image
+        if self.image_format == "hwc" and self.augment is not None:
+            for item in items:
+                for cam in self.cameras:
+                    key = f"observation.images.{cam}"
+                    item[key] = item[key].movedim(-3, -1).contiguous()
+        return items
+
+    def _read(self, index: int) -> dict[str, Any]:
+        """Item `index` before augmentation (images CHW when there is an augmentation to apply)."""
         if index < 0:
             index += len(self)
         episode, t = self.locate(index)
@@ -512,16 +550,11 @@ class DemoDataset(Dataset):
         frames = np.arange(t - self.history + 1, t + 1)
         first = max(0, t - self.history + 1)
         rows = np.clip(frames, 0, None) - first  # rows of the [first, t] block; early frames repeat frame 0
-        generator = self._generator(index) if self.augment is not None else None
         for cam in self.cameras:
             block = arrays[layout.image_key(cam)][first : t + 1]
             images = torch.from_numpy(block[rows] if self.history > 1 else block[0])
             if self.augment is not None or self.image_format == "chw":
                 images = images.movedim(-1, -3).contiguous()
-            if self.augment is not None:
-                images = self.augment(images, generator=generator, shared=True)
-                if self.image_format == "hwc":
-                    images = images.movedim(-3, -1).contiguous()
             item[f"observation.images.{cam}"] = images
         for key in self.keys:
             x = arrays[key][first : t + 1][rows]
