@@ -592,8 +592,7 @@ class _Mixture:
         for dataset, n, cdf in self.parts:
             if dataset is None or n == 0:
                 continue
-            for j in _draw(rng, len(dataset), n, cdf):
-                item = dataset[int(j)]
+            for item in dataset.__getitems__(_draw(rng, len(dataset), n, cdf).tolist()):  # one augmentation pass
                 items.append({k: v for k, v in item.items() if k.startswith(IMAGE_KEY) or k in _LOWDIM})
         return default_collate(items)
 
