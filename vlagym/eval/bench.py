@@ -700,6 +700,19 @@ def loader_samples_per_s(dataset: Any, workers: int, batch_size: int, epochs: in
     return count / (time.perf_counter() - start)
 
 
+class _OneByOne:
+    """A dataset seen through `__getitem__` alone, so a DataLoader fetches its batches item by item."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+
 def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
     from vlagym.train.augment import ImageAugment
     from vlagym.train.dataset import DemoDataset
@@ -708,7 +721,8 @@ def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
     chunk = _policy_config(cfg, "l1").chunk_size
     plain = DemoDataset(path, chunk_size=chunk)
     augmented = DemoDataset(path, chunk_size=chunk, augment=ImageAugment())
-    datasets = {"plain": plain, "augmented": augmented}
+    # the same items fetched one by one: augmented per item, as before DemoDataset.__getitems__
+    datasets = {"plain": plain, "augmented": augmented, "augmented item by item": _OneByOne(augmented)}
     rates = interleaved(
         {
             f"{name}, {workers} workers": functools.partial(
@@ -724,11 +738,14 @@ def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
     rows: list[dict[str, Any]] = []
     for workers in b.dataset_workers:
         p, a = rates[f"plain, {workers} workers"], rates[f"augmented, {workers} workers"]
+        one = rates[f"augmented item by item, {workers} workers"]
         metrics = {
             "samples_per_s": p,
             "x_first": ratios(p, rates[f"plain, {first} workers"]),
             "augmented_samples_per_s": a,
             "augmented_x_first": ratios(a, rates[f"augmented, {first} workers"]),
+            "augmented_one_by_one_per_s": one,
+            "x_one_by_one": ratios(a, one),
         }
         rows.append({"num_workers": workers, **summarise(metrics)})
     source = "synthetic" if cfg.demos is None else Path(cfg.demos).name
@@ -742,11 +759,15 @@ def bench_dataset(cfg: BenchConfig, work: _Work) -> Table:
             "x_first": "x first row",
             "augmented_samples_per_s": "samples/s with ImageAugment",
             "augmented_x_first": "x first row",
+            "augmented_one_by_one_per_s": "augmented, fetched item by item",
+            "x_one_by_one": "batched x item by item",
         },
         rows,
         [
             f"{source} demo file: {len(plain)} samples in {plain.num_episodes} episodes; batch {b.batch_size}, "
             f"chunks of {chunk} actions, {b.dataset_epochs} shuffled epoch(s) per row, worker start-up included",
+            "batched: the DataLoader fetches a batch with DemoDataset.__getitems__, augmenting it in one pass; "
+            "item by item: the same items through __getitem__ alone",
             passes_note(cfg.repeats),
         ],
     )
