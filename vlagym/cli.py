@@ -731,7 +731,7 @@ _FBC_OPTIONS = (
     "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
-    "group_size", "weighting", "noise_hold",
+    "group_size", "weighting", "noise_hold", "freeze_encoders",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -739,6 +739,7 @@ _FBC_ONLY = (
     "updates_per_round",
     "noise_std",
     "noise_hold",
+    "freeze_encoders",
     "demos",
     "demo_fraction",
     "buffer_rounds",
@@ -1139,6 +1140,12 @@ def _add_train_rl_parser(sub) -> None:
         "--buffer-rounds", type=int, default=None, help="train on the last N rounds' successes (default: all)"
     )
     g.add_argument("--ema", type=float, default=None, help="EMA decay of the weights that act (default: 0, off)")
+    g.add_argument(
+        "--freeze-encoders",
+        action="store_true",
+        default=None,
+        help="train trunk and head only; vision and instruction encoders keep their BC weights",
+    )
     g.add_argument(
         "--lr-schedule",
         choices=("constant", "cosine"),

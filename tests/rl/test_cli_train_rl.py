@@ -79,6 +79,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--noise-std", "-1"], "noise_std"),
         (["--algo", "filtered-bc", "--noise-hold", "0"], "noise_hold"),
         (["--noise-hold", "10"], "--noise-hold apply only to --algo filtered-bc"),
+        (["--freeze-encoders"], "--freeze-encoders apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
     ],
 )

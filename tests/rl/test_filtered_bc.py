@@ -372,6 +372,16 @@ def test_resume_equals_an_uninterrupted_run(bc_checkpoint, demo_file, tmp_path, 
         assert any(not torch.equal(a[k], raw[k]) for k in a)
 
 
+def test_frozen_encoders_keep_their_bc_weights(bc_checkpoint, demo_file, tmp_path):
+    cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", rounds=1, eval_every=0, freeze_encoders=True)
+    assert train_filtered_bc(cfg)["updates"] == 2
+    before = load_file(str(bc_checkpoint / "model.safetensors"))
+    after = load_file(str(tmp_path / "run" / "checkpoints" / "step_2" / "model.safetensors"))
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith(("trunk.", "head.", "proprio.")) for k in moved), sorted(moved)
+    assert any(k.startswith("head.") for k in moved)
+
+
 def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):
     cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], rounds=4, updates_per_round=25, lr_schedule="cosine")
     assert [round(_lr_factor(cfg, u), 6) for u in (0, 50, 100, 120)] == [1.0, 0.5, 0.0, 0.0]

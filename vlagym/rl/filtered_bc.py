@@ -164,6 +164,10 @@ class FilteredBCConfig:
     ema: float = 0.0
     """decay of an exponential moving average of the weights, e.g. 0.999 (0: off); when on, the EMA weights are
     the policy: what collects, what is saved and what is evaluated"""
+    freeze_encoders: bool = False
+    """keep the vision and instruction encoders at their BC weights and train the rest (proprio projection,
+    trunk, head): no backward pass through the image encoders, so an update costs far less, and the encoding
+    of the instruction cannot drift"""
     demos: list[str] | None = None
     """demo files mixed into every batch; None: the BC checkpoint's training data (when the files exist); []: none"""
     demo_fraction: float = 0.5
@@ -268,7 +272,7 @@ class FilteredBCConfig:
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
-        for name in ("augment", "prefetch", "resume", "progress"):
+        for name in ("augment", "prefetch", "freeze_encoders", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -791,6 +795,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     meta = read_checkpoint_config(cfg.policy)
     ckpt_extra = meta.get("extra") or {}
     policy = VLAPolicy.from_pretrained(cfg.policy).to(device)
+    if cfg.freeze_encoders:
+        policy.vision.requires_grad_(False)
+        policy.text.requires_grad_(False)
     pc = policy.config
     env_kwargs = {"obs_mode": "rgb", "image_size": pc.image_size, "cameras": list(pc.cameras)}
     env_kwargs.update(ckpt_extra.get("env_kwargs") or {})
