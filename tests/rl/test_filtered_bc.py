@@ -26,6 +26,7 @@ from vlagym.rl.filtered_bc import (
     collect_round,
     latest_checkpoint,
     make_collection_envs,
+    out_of_time,
     read_weights,
     rollout_path,
     round_seeds,
@@ -380,6 +381,15 @@ def test_frozen_encoders_keep_their_bc_weights(bc_checkpoint, demo_file, tmp_pat
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith(("trunk.", "head.", "proprio.")) for k in moved), sorted(moved)
     assert any(k.startswith("head.") for k in moved)
+
+
+def test_time_limit_stops_before_a_round_that_would_not_fit(bc_checkpoint):
+    cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], max_minutes=10)
+    assert not out_of_time(cfg, 0.0, 0.0)  # the first round always runs
+    assert not out_of_time(cfg, 480.0, 120.0)  # it ends at 600 s: within the limit
+    assert out_of_time(cfg, 481.0, 120.0)  # it would end past 600 s
+    assert out_of_time(cfg, 600.0, 0.0)  # spent (a resumed run knows no round length)
+    assert not out_of_time(dataclasses.replace(cfg, max_minutes=None), 1e9, 1e9)
 
 
 def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):

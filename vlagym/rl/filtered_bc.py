@@ -127,8 +127,9 @@ class FilteredBCConfig:
     rounds: int = 40
     """collect-then-train rounds"""
     max_minutes: float | None = None
-    """also stop after the round during which training has run this many minutes (wall clock, evaluations
-    excluded, resumed runs included); None: no time limit"""
+    """also stop before a round that would take training past this many minutes, judged by the length of the
+    round before it (wall clock, evaluations excluded, resumed runs included; a resumed run's first round
+    always runs); None: no time limit"""
     episodes_per_round: int = 200
     """collection episodes per round"""
     group_size: int = 1
@@ -771,6 +772,15 @@ def train_filtered_bc(cfg: FilteredBCConfig) -> dict[str, Any]:
         torch.set_num_threads(threads)
 
 
+def out_of_time(cfg: FilteredBCConfig, train_s: float, round_s: float) -> bool:
+    """Whether a round of `round_s` seconds, started after `train_s` seconds of training, would end past
+    `cfg.max_minutes` (or they are already spent)."""
+    if cfg.max_minutes is None:
+        return False
+    budget = 60.0 * cfg.max_minutes
+    return train_s >= budget or train_s + round_s > budget
+
+
 def _lr_factor(cfg: FilteredBCConfig, update: int) -> float:
     """Multiplier of `cfg.lr` at optimiser step `update` (a function of the step alone, so resume needs no state)."""
     if cfg.lr_schedule == "cosine":
@@ -850,11 +860,17 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
     envs = make_collection_envs(cfg, env_kwargs)
     actor = NoisyVLA(acting, cfg.noise_std, cfg.noise_hold)
-    checkpoint, last_eval = last, None
+    checkpoint, last_eval, round_s = last, None, 0.0
     try:
         while progress.round < cfg.rounds:
-            if cfg.max_minutes is not None and progress.train_s >= 60.0 * cfg.max_minutes:
-                logger.info("max_minutes=%s reached after round %d: stopping", cfg.max_minutes, progress.round)
+            if out_of_time(cfg, progress.train_s, round_s):
+                logger.info(
+                    "max_minutes=%s: stopping after round %d (%.1f train-min; a round takes %.1f)",
+                    cfg.max_minutes,
+                    progress.round,
+                    progress.train_s / 60,
+                    round_s / 60,
+                )
                 break
             r = progress.round
             t0 = time.perf_counter()
@@ -906,7 +922,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     progress.updates += 1
             policy.eval()
             t2 = time.perf_counter()
-            progress.train_s += t2 - t0
+            round_s = t2 - t0
+            progress.train_s += round_s
             progress.round += 1
             success_rate = float(np.mean([rec.success for rec in records]))
             writer.add_scalar("rollout/success_rate", success_rate, progress.updates)
@@ -934,9 +951,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 float(np.mean(losses)) if losses else math.nan,
             )
             checkpoint = _write_checkpoint(out, policy, ema, optimizer, progress, extra)
-            done = progress.round >= cfg.rounds or (
-                cfg.max_minutes is not None and progress.train_s >= 60.0 * cfg.max_minutes
-            )
+            done = progress.round >= cfg.rounds or out_of_time(cfg, progress.train_s, round_s)
             if cfg.eval_every > 0 and (done or progress.round % cfg.eval_every == 0):
                 last_eval = _evaluate(cfg, out, checkpoint, progress)
                 writer.add_scalar("eval/success_rate", last_eval["success_rate"], progress.updates)
