@@ -12,7 +12,9 @@ import pytest
 import torch
 from rl_helpers import ENV_KWARGS, TASK
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from vlagym.eval.diagnostics import OUTCOMES
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.eval.rollout import VectorExpert, make_rollout_envs, run_episodes
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
@@ -341,6 +343,11 @@ def test_run_writes_checkpoints_curve_and_evaluates(bc_checkpoint, demo_file, tm
     assert result["checkpoint"] == str(ckpt)
     meta = json.loads((ckpt / "config.json").read_text())
     assert meta["extra"]["env_id"] == TASK and meta["extra"]["rl_config"]["algo"] == "filtered-bc"
+    scalars = EventAccumulator(str(tmp_path / "run" / "tb")).Reload()
+    shares = {o: [e.value for e in scalars.Scalars(f"rollout/outcome_{o}")] for o in OUTCOMES}
+    assert np.allclose(np.sum(list(shares.values()), axis=0), 1.0)  # every collection episode has one outcome
+    success = [e.value for e in scalars.Scalars("rollout/success_rate")]
+    np.testing.assert_allclose(shares["success"], success)
     results = evaluate(EvalConfig(policy=str(ckpt), episodes=1, out=str(tmp_path / "ev"), progress=False))
     assert results["tasks"][TASK]["n"] == 1
     # the weights moved away from the BC checkpoint's

@@ -32,7 +32,8 @@ Outputs of a run folder ``OUT``:
 
     OUT/rl_config.json                       the `FilteredBCConfig`
     OUT/rollouts/round_<r>.hdf5              the successful episodes of round r (demos layout)
-    OUT/tb/                                  TensorBoard: rollout/success_rate (the noisy collection episodes),
+    OUT/tb/                                  TensorBoard: rollout/success_rate and rollout/outcome_* (how the
+                                             noisy collection episodes ended: dropped, never_reached, ...),
                                              train/loss, buffer/*, time/*, eval/success_rate
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
@@ -71,6 +72,7 @@ from torch.utils.data import default_collate
 
 from vlagym.checks import check_float, check_int
 from vlagym.envs.multitask import MultiTaskEnv
+from vlagym.eval.diagnostics import outcome_counts
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
@@ -928,6 +930,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             success_rate = float(np.mean([rec.success for rec in records]))
             writer.add_scalar("rollout/success_rate", success_rate, progress.updates)
             writer.add_scalar("rollout/ep_len_mean", steps / len(records), progress.updates)
+            # how the collection episodes ended (`vlagym eval`'s diagnostics), as shares of the round's episodes
+            for outcome, count in outcome_counts(rec.outcome for rec in records).items():
+                writer.add_scalar(f"rollout/outcome_{outcome}", count / len(records), progress.updates)
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
             if losses:
