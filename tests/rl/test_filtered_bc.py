@@ -66,15 +66,20 @@ def demo_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def expert_rollouts(tmp_path_factory):
-    """Three successful expert episodes, recorded by the collection envs (2 sub-envs) and written as a file."""
+def _expert_round(tmp_path_factory, seeds):
+    """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes)."""
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, episodes = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+        return collect_round(envs, _ExpertActor(envs), seeds)
     finally:
         envs.close()
+
+
+@pytest.fixture(scope="module")
+def expert_rollouts(tmp_path_factory):
+    """Three successful expert episodes, recorded by the collection envs (2 sub-envs) and written as a file."""
+    records, episodes = _expert_round(tmp_path_factory, [0, 1, 2])
     path = tmp_path_factory.mktemp("rollouts") / "round_0000.hdf5"
     write_rollouts(path, episodes, TASK, ENV)
     return records, episodes, path
@@ -219,12 +224,7 @@ def test_round_seeds_repeat_each_state_group_size_times(bc_checkpoint):
 
 
 def test_repeated_seeds_keep_every_successful_try(tmp_path_factory):
-    cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
-    envs = make_collection_envs(cfg, ENV)
-    try:
-        records, episodes = collect_round(envs, _ExpertActor(envs), [3, 3, 4])
-    finally:
-        envs.close()
+    records, episodes = _expert_round(tmp_path_factory, [3, 3, 4])
     assert [r.seed for r in records] == [3, 3, 4] and all(r.success for r in records)
     assert [e.seed for e in episodes] == [3, 3, 4]
     assert success_weights(episodes, "episode") == [1.0, 1.0, 1.0]

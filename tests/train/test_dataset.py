@@ -360,3 +360,18 @@ def test_a_batch_of_items_equals_the_items_one_by_one(demo_file_factory, history
     first = next(iter(loader))
     expected = torch.utils.data.default_collate([ds[i] for i in range(3)])
     assert torch.equal(first["observation.images.wrist"], expected["observation.images.wrist"])
+
+
+def test_a_plain_callable_augments_each_item_in_a_batch(demo_file_factory):
+    path = demo_file_factory(lengths=(5,), image_size=16)
+    calls = []
+
+    def invert(images, generator, shared):  # an augmentation without ImageAugment's draw/apply
+        calls.append(shared)
+        return 255 - images
+
+    plain = DemoDataset(path, seed=0)
+    batch = DemoDataset(path, augment=invert, seed=0).__getitems__([1, 3])
+    assert calls == [True] * 4  # each camera of each item, its history shared
+    for index, item in zip([1, 3], batch, strict=True):
+        assert torch.equal(item["observation.images.front"], 255 - plain[index]["observation.images.front"])

@@ -122,18 +122,14 @@ class ImageAugment:
             boxes.append((top, left, crop_h, crop_w, int(dy), int(dx)))
         return boxes
 
-    def sample_color(
-        self, n: int, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per image: a `(n, 3, 3)` RGB matrix (brightness, contrast gain, saturation, hue), brightness, contrast."""
-        return self.color_params(self._color_uniforms(n, generator))
-
     @staticmethod
     def _color_uniforms(n: int, generator: torch.Generator | None) -> np.ndarray:
+        """`n` colour draws: uniforms in [-1, 1] for brightness, contrast, saturation and hue."""
         return 2.0 * torch.rand(n, 4, generator=generator, dtype=torch.float64).numpy() - 1.0
 
     def color_params(self, u: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`sample_color`'s output from its uniform draws `u` `(n, 4)` in [-1, 1]."""
+        """Per draw of `u` `(n, 4)`: a `(n, 3, 3)` RGB matrix (brightness, contrast gain, saturation, hue),
+        brightness, contrast."""
         # numpy for the per-image algebra: a dozen tiny torch ops would cost more than the pixels.
         brightness = 1.0 + self.brightness * u[:, 0]
         contrast = 1.0 + self.contrast * u[:, 1]
@@ -158,12 +154,11 @@ class ImageAugment:
 
     @staticmethod
     def _crop_shift(x: torch.Tensor, boxes: list[tuple[int, int, int, int, int, int]]) -> torch.Tensor:
-        """Crop, resize back and shift float images `(n, m, 3, H, W)`, the m images of x[i] by boxes[i].
+        """Crop, resize back and shift float images `(n, m, 3, H, W)` in place, the m images of x[i] by boxes[i].
 
         Crops of one size are resized by one call (bilinear interpolation treats every image on its own, so
         this equals resizing them one by one)."""
-        n, m, _, height, width = x.shape
-        out = x.clone()
+        m, _, height, width = x.shape[1:]
         sizes: dict[tuple[int, int], list[int]] = {}
         for i, (_top, _left, crop_h, crop_w, _dy, _dx) in enumerate(boxes):
             if (crop_h, crop_w) != (height, width):
@@ -180,13 +175,13 @@ class ImageAugment:
                 align_corners=False,
                 antialias=False,
             )
-            out[rows] = resized.reshape(len(rows), m, 3, height, width)
+            x[rows] = resized.reshape(len(rows), m, 3, height, width)  # the crops were copied out first
         for i, (_top, _left, _crop_h, _crop_w, dy, dx) in enumerate(boxes):
             if dy or dx:
                 pad = max(abs(dy), abs(dx))
-                padded = F.pad(out[i], (pad, pad, pad, pad), mode="replicate")
-                out[i] = padded[:, :, pad - dy : pad - dy + height, pad - dx : pad - dx + width]
-        return out
+                padded = F.pad(x[i], (pad, pad, pad, pad), mode="replicate")
+                x[i] = padded[:, :, pad - dy : pad - dy + height, pad - dx : pad - dx + width]
+        return x
 
     def _color(self, x: torch.Tensor, matrix: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor):
         # Contrast blends towards the image's mean luma; brightness scales that mean too. Gray (m, m, m) is a
@@ -205,9 +200,7 @@ class ImageAugment:
         `shared=True` draws once for the whole stack, e.g. the history frames of one camera, so that
         consecutive frames are not shifted against each other.
         """
-        if images.dtype != torch.uint8:
-            raise TypeError(f"ImageAugment takes uint8 images, got {images.dtype}")
-        if images.dim() < 3 or images.shape[-3] != 3:
+        if images.dim() < 3 or images.shape[-3] != 3:  # `apply` checks the dtype
             raise ValueError(f"ImageAugment takes (3, H, W) or (*, 3, H, W) images, got shape {tuple(images.shape)}")
         shape = images.shape
         height, width = shape[-2:]
