@@ -731,7 +731,8 @@ _FBC_OPTIONS = (
     "policy", "algo", "task", "out", "max_minutes", "n_envs", "vectorization", "batch_size", "lr", "seed",
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
-    "group_size", "weighting", "noise_hold", "freeze_encoders",
+    "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
+    "critic_rounds", "critic_updates",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -746,6 +747,10 @@ _FBC_ONLY = (
     "lr_schedule",
     "group_size",
     "weighting",
+    "advantage_beta",
+    "advantage_max_weight",
+    "critic_rounds",
+    "critic_updates",
 )
 
 
@@ -1157,9 +1162,22 @@ def _add_train_rl_parser(sub) -> None:
     )
     g.add_argument(
         "--weighting",
-        choices=("episode", "state"),
+        choices=("episode", "state", "advantage"),
         default=None,
-        help="state: the successes of one initial state share one unit of weight (default: episode)",
+        help="state: the successes of one initial state share one unit of weight; advantage: each step by "
+        "exp(A / beta), A from a success critic on the privileged state (default: episode)",
+    )
+    g.add_argument(
+        "--advantage-beta", type=float, default=None, help="--weighting advantage: temperature (default: 0.2)"
+    )
+    g.add_argument(
+        "--advantage-max-weight", type=float, default=None, help="--weighting advantage: weight cap (default: 20)"
+    )
+    g.add_argument(
+        "--critic-rounds", type=int, default=None, help="--weighting advantage: critic data, rounds (default: 4)"
+    )
+    g.add_argument(
+        "--critic-updates", type=int, default=None, help="--weighting advantage: critic steps/round (default: 300)"
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import gymnasium as gym
 import numpy as np
@@ -67,7 +68,7 @@ def demo_file(tmp_path_factory):
 
 
 def _expert_round(tmp_path_factory, seeds):
-    """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes)."""
+    """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes, states)."""
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
@@ -79,7 +80,7 @@ def _expert_round(tmp_path_factory, seeds):
 @pytest.fixture(scope="module")
 def expert_rollouts(tmp_path_factory):
     """Three successful expert episodes, recorded by the collection envs (2 sub-envs) and written as a file."""
-    records, episodes = _expert_round(tmp_path_factory, [0, 1, 2])
+    records, episodes, _ = _expert_round(tmp_path_factory, [0, 1, 2])
     path = tmp_path_factory.mktemp("rollouts") / "round_0000.hdf5"
     write_rollouts(path, episodes, TASK, ENV)
     return records, episodes, path
@@ -136,7 +137,7 @@ def _noisy_records(checkpoint, n_envs, noise, seeds):
     cfg = FilteredBCConfig(policy=str(checkpoint), n_envs=n_envs, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
+        records, _, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
     finally:
         envs.close()
     return [(r.seed, r.length, r.episode_return) for r in records]
@@ -224,9 +225,12 @@ def test_round_seeds_repeat_each_state_group_size_times(bc_checkpoint):
 
 
 def test_repeated_seeds_keep_every_successful_try(tmp_path_factory):
-    records, episodes = _expert_round(tmp_path_factory, [3, 3, 4])
+    records, episodes, states = _expert_round(tmp_path_factory, [3, 3, 4])
     assert [r.seed for r in records] == [3, 3, 4] and all(r.success for r in records)
     assert [e.seed for e in episodes] == [3, 3, 4]
+    # every episode's privileged states too, as the recorded successes hold them
+    assert [(s.seed, s.success) for s in states] == [(3, True), (3, True), (4, True)]
+    assert all(np.array_equal(s.state, e.state) for s, e in zip(states, episodes, strict=True))
     assert success_weights(episodes, "episode") == [1.0, 1.0, 1.0]
     assert success_weights(episodes, "state") == [0.5, 0.5, 1.0]
 
@@ -243,7 +247,7 @@ def test_weights_round_trip_and_steer_the_draws(expert_rollouts, bc_checkpoint, 
     successes = DemoDataset([path], chunk_size=policy.config.chunk_size, cameras=["front"], keys=("proprio",))
     lengths = np.asarray(successes.episode_lengths)
     weights = np.array([1.0, 1e-9, 3.0])
-    mixture = _Mixture(None, successes, 0.5, 8, weights)
+    mixture = _Mixture(None, successes, 0.5, 8, np.repeat(weights, lengths))
     cdf = mixture.parts[1][2]
     episode = np.searchsorted(np.cumsum(lengths), _draw(np.random.default_rng(0), len(successes), 20_000, cdf),
                               side="right")  # fmt: skip
@@ -252,8 +256,10 @@ def test_weights_round_trip_and_steer_the_draws(expert_rollouts, bc_checkpoint, 
     np.testing.assert_allclose(share, expected, atol=0.02)
     assert share[1] == 0.0
     assert mixture.batch(np.random.default_rng(0))["action"].shape[0] == 8
-    with pytest.raises(ValueError, match="one positive weight per success episode"):
+    with pytest.raises(ValueError, match="one positive finite weight per success sample"):
         _Mixture(None, successes, 0.5, 8, np.array([1.0, 1.0]))
+    with pytest.raises(ValueError, match="one positive finite weight per success sample"):
+        _Mixture(None, successes, 0.5, 8, np.full(len(successes), np.nan))
 
 
 def test_without_noise_collection_acts_as_vlagym_eval(bc_checkpoint, tmp_path):
@@ -419,6 +425,58 @@ def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, 
         np.testing.assert_array_equal(read_weights(rollout_path(tmp_path / "run", r)), [0.5, 0.5])
 
 
+def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+    import vlagym.rl.filtered_bc as fbc
+    from vlagym.rl.advantage import read_states, states_path
+
+    real = fbc.collect_round
+    monkeypatch.setattr(fbc, "collect_round", lambda envs, actor, seeds: real(envs, _ExpertActor(envs), seeds))
+    common = dict(group_size=2, weighting="advantage", critic_updates=5, eval_every=0, lr_schedule="cosine")
+    straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", **common))
+    assert straight["updates"] == 4
+    for r in range(2):  # every collection episode's states, one row per step
+        data = read_states([states_path(tmp_path / "a", r)])
+        lengths = [len(s) for s in fbc.read_success_states(rollout_path(tmp_path / "a", r))]
+        assert len(data["step"]) == sum(lengths) and data["success"].all()
+    state = torch.load(tmp_path / "a" / "checkpoints" / "step_4" / "training_state.pt", weights_only=True)
+    assert state["critic"]["state_dim"] == data["state"].shape[1]
+    scalars = EventAccumulator(str(tmp_path / "a" / "tb")).Reload()
+    for name in ("loss", "brier", "v_initial", "weight_effective_share", "weight_capped_share"):
+        assert len(scalars.Scalars(f"critic/{name}")) == 2, name
+    # the first round alone, then resumed: the critic comes back with the policy
+    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", max_minutes=1e-9, **common))
+    train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", resume=True, **common))
+    a = load_file(str(tmp_path / "a" / "checkpoints" / "step_4" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "checkpoints" / "step_4" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    resumed = torch.load(tmp_path / "b" / "checkpoints" / "step_4" / "training_state.pt", weights_only=True)
+    assert all(torch.equal(v, resumed["critic"]["model"][k]) for k, v in state["critic"]["model"].items())
+
+
+def test_advantage_sample_weights_follow_the_buffers_order(expert_rollouts, tmp_path):
+    import vlagym.rl.filtered_bc as fbc
+
+    _, episodes, path = expert_rollouts
+
+    class Critic:  # V rises with the step index: V(t) = t / 100
+        def value(self, state, step):
+            return np.asarray(step, np.float64) / 100
+
+    out = tmp_path / "run"
+    for k in (0, 2):
+        rollout_path(out, k).parent.mkdir(parents=True, exist_ok=True)
+        rollout_path(out, k).write_bytes(path.read_bytes())
+    cfg = types.SimpleNamespace(advantage_beta=0.5, advantage_max_weight=20.0)
+    policy = types.SimpleNamespace(config=types.SimpleNamespace(n_action_steps=3))
+    weights = fbc._advantage_sample_weights(cfg, out, [0, 2], {}, Critic(), policy)
+    expected = []
+    for e in [*episodes, *episodes]:
+        t = np.arange(len(e.actions))
+        after = np.where(t + 3 < len(t), (t + 3) / 100, 1.0)
+        expected.append(np.exp((after - t / 100) / 0.5))
+    np.testing.assert_allclose(weights, np.concatenate(expected))
+
+
 def test_no_demos_and_no_successes_skips_training(bc_checkpoint, tmp_path, caplog):
     cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], out=str(tmp_path / "r"), rounds=1,
                            episodes_per_round=1, n_envs=1, eval_every=0, device="cpu", progress=False)  # fmt: skip
@@ -456,6 +514,10 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"lr_schedule": "linear"}, "lr_schedule must be one of"),
         ({"episodes_per_round": 10, "group_size": 4}, "must be a multiple of group_size"),
         ({"weighting": "return"}, "weighting must be one of"),
+        ({"advantage_beta": 0.0}, "advantage_beta"),
+        ({"advantage_max_weight": 0.5}, "advantage_max_weight"),
+        ({"critic_rounds": 0}, "critic_rounds"),
+        ({"critic_updates": -1}, "critic_updates"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

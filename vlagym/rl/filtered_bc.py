@@ -76,6 +76,20 @@ from vlagym.eval.diagnostics import outcome_counts
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
+from vlagym.rl.advantage import (
+    STATES_KEY,
+    EpisodeStates,
+    advantage_weights,
+    critic_state,
+    effective_share,
+    episode_advantages,
+    make_critic,
+    read_states,
+    read_success_states,
+    states_path,
+    train_critic,
+    write_states,
+)
 from vlagym.rl.envs import VECTORIZATION_MODES
 from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
 from vlagym.train import layout
@@ -97,7 +111,7 @@ logger = logging.getLogger(__name__)
 ALGO = "filtered-bc"
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
-WEIGHTINGS = ("episode", "state")
+WEIGHTINGS = ("episode", "state", "advantage")
 WEIGHT_ATTR = "weight"  # a rollout file's demo attribute: the episode's sampling weight
 CONFIG_NAME = "rl_config.json"
 STATE_NAME = "training_state.pt"
@@ -106,6 +120,8 @@ CURVE_NAME = "curve.json"
 ROLLOUTS = "rollouts"
 RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
+CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
+CRITIC_BATCH = 256
 RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras")
 # what a batch item holds (DemoDataset items carry more: index, task, ...)
 _LOWDIM = (PROPRIO_KEY, "action", "action_is_pad", "instruction")
@@ -140,7 +156,17 @@ class FilteredBCConfig:
     weighting: str = "episode"
     """how the successes weigh in the batches: "episode", each successful episode alike; "state", the
     successes of one initial state share one unit (with `group_size` > 1, one success on a state the policy
-    seldom solves counts as much as all of them on a state it always solves)"""
+    seldom solves counts as much as all of them on a state it always solves); "advantage", each step by
+    exp(A / advantage_beta), A the rise of a success critic on the privileged state over the chunk executed from
+    there (AWR; see `vlagym.rl.advantage`)"""
+    advantage_beta: float = 0.2
+    """"advantage" weighting: the temperature of exp(A / beta) (A is a change of success probability, in [-1, 1])"""
+    advantage_max_weight: float = 20.0
+    """"advantage" weighting: the cap of a step's weight"""
+    critic_rounds: int = 4
+    """"advantage" weighting: the critic trains on every collection episode of the last this many rounds"""
+    critic_updates: int = 300
+    """"advantage" weighting: the critic's Adam steps per round (batch 256)"""
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: str = "sync"
@@ -254,6 +280,8 @@ class FilteredBCConfig:
             ("collect_seed", 0),
             ("eval_every", 0),
             ("eval_episodes", 1),
+            ("critic_rounds", 1),
+            ("critic_updates", 0),
             ("eval_num_envs", 1),
             ("eval_seed", 0),
         ):
@@ -275,6 +303,8 @@ class FilteredBCConfig:
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
+        check_float("advantage_beta", self.advantage_beta, 0.0, low_open=True)
+        check_float("advantage_max_weight", self.advantage_max_weight, 1.0)
         for name in ("augment", "prefetch", "freeze_encoders", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -324,7 +354,9 @@ class RolloutEpisode:
 
 class _RolloutRecorder(gym.Wrapper):
     """Records its sub-env's episode in the demos layout and, when the episode ends in success, hands it over
-    in ``info[RECORD_KEY]`` (a `RolloutEpisode`). Runs inside the sub-env, so it works in async vector envs."""
+    in ``info[RECORD_KEY]`` (a `RolloutEpisode`); at the end of every episode, success or not, it hands over
+    the privileged states in ``info[STATES_KEY]`` (an `EpisodeStates`, what a success critic trains on). Runs
+    inside the sub-env, so it works in async vector envs."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -368,6 +400,11 @@ class _RolloutRecorder(gym.Wrapper):
         if terminated or truncated:
             if self._success:
                 info[RECORD_KEY] = self._episode()
+            info[STATES_KEY] = EpisodeStates(
+                seed=int(self._seed) if self._seed is not None else -1,
+                state=np.stack([s["state"] for s in self._steps]),
+                success=self._success,
+            )
             self._steps = []
         else:
             self._observe(obs)
@@ -480,27 +517,35 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
 
 def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group); returns (records,
-    successful episodes in seed order; the tries of one seed in an order of their content, so that the
-    result does not depend on which sub-env finished first)."""
+    successful episodes in seed order, every episode's `EpisodeStates` in seed order). The tries of one seed
+    come in an order of their content, so that the result does not depend on which sub-env finished first."""
     from vlagym.eval.rollout import run_episodes
 
     wanted = set(seeds)
     episodes: dict[int, list[RolloutEpisode]] = {}
+    states: dict[int, list[EpisodeStates]] = {}
+
+    def keep(info: dict[str, Any], key: str, kind: type, into: dict[int, list[Any]]) -> None:
+        if key not in info:
+            return
+        for i in np.flatnonzero(info.get(f"_{key}", np.ones(len(info[key]), bool))):
+            item = info[key][i]
+            if isinstance(item, kind) and item.seed in wanted:  # not a throw-away episode
+                into.setdefault(item.seed, []).append(item)
 
     def on_step(info: dict[str, Any]) -> None:
-        if RECORD_KEY not in info:
-            return
-        for i in np.flatnonzero(info.get(f"_{RECORD_KEY}", np.ones(len(info[RECORD_KEY]), bool))):
-            episode = info[RECORD_KEY][i]
-            if isinstance(episode, RolloutEpisode) and episode.seed in wanted:  # not a throw-away episode
-                episodes.setdefault(episode.seed, []).append(episode)
+        keep(info, RECORD_KEY, RolloutEpisode, episodes)
+        keep(info, STATES_KEY, EpisodeStates, states)
 
     actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
     for tries in episodes.values():
         tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
+    for tries in states.values():
+        tries.sort(key=lambda e: (len(e.state), not e.success, e.state.tobytes()))
     successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
-    return records, successes
+    episode_states = [states[r.seed].pop(0) for r in records if states.get(r.seed)]
+    return records, successes, episode_states
 
 
 def success_weights(successes: list[RolloutEpisode], weighting: str) -> list[float]:
@@ -569,8 +614,8 @@ def write_rollouts(
 class _Mixture:
     """Batches with a fixed share from the demos and the rest from the successes, drawn by one generator.
 
-    Samples are drawn uniformly from each source, or, with `weights` (one per episode of `successes`), each
-    success sample with its episode's weight."""
+    Samples are drawn uniformly from each source, or, with `weights` (one per sample of `successes`, in its
+    order), each success sample with probability proportional to its weight."""
 
     def __init__(
         self,
@@ -587,11 +632,13 @@ class _Mixture:
             n_demo = batch
         self.parts = [(demos, n_demo, None), (successes, batch - n_demo, None)]
         if weights is not None and successes is not None:
-            lengths = np.asarray(successes.episode_lengths)
             weights = np.asarray(weights, np.float64)
-            if weights.shape != lengths.shape or not np.all(weights > 0):
-                raise ValueError(f"need one positive weight per success episode ({len(lengths)}), got {weights}")
-            cdf = np.cumsum(np.repeat(weights, lengths))
+            if weights.shape != (len(successes),) or not np.all(np.isfinite(weights) & (weights > 0)):
+                raise ValueError(
+                    f"need one positive finite weight per success sample ({len(successes)}), got shape "
+                    f"{weights.shape}, min {weights.min() if weights.size else None}"
+                )
+            cdf = np.cumsum(weights)
             self.parts[1] = (successes, batch - n_demo, cdf / cdf[-1])
 
     def batch(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -698,7 +745,13 @@ class _Progress:
 
 
 def _write_checkpoint(
-    out: Path, policy: VLAPolicy, ema: VLAPolicy | None, optimizer, progress: _Progress, extra: dict[str, Any]
+    out: Path,
+    policy: VLAPolicy,
+    ema: VLAPolicy | None,
+    optimizer,
+    progress: _Progress,
+    extra: dict[str, Any],
+    critic: dict[str, Any] | None = None,
 ) -> Path:
     root = checkpoint_dir(out)
     root.mkdir(parents=True, exist_ok=True)
@@ -718,6 +771,7 @@ def _write_checkpoint(
             "train_s": progress.train_s,
             "success_rounds": list(progress.success_rounds),
             "bc_sha256": extra["bc_sha256"],
+            "critic": critic,
             "rng": rng_state(),
         }
         torch.save(state, tmp / STATE_NAME)
@@ -728,6 +782,25 @@ def _write_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
     atomic_write_json(root / LAST_NAME, {"step": progress.updates, "path": final.name})
     return final
+
+
+def _advantage_sample_weights(
+    cfg: FilteredBCConfig,
+    out: Path,
+    kept: list[int],
+    success_states: dict[int, list[np.ndarray]],
+    critic,
+    policy: VLAPolicy,
+) -> np.ndarray:
+    """One weight per sample of the kept rounds' successes (their order in the buffer): exp(A / beta), capped,
+    with A from the current critic over the chunk of `n_action_steps` the policy executes from each step."""
+    horizon = policy.config.n_action_steps
+    advantages = []
+    for k in kept:
+        if k not in success_states:
+            success_states[k] = read_success_states(rollout_path(out, k))
+        advantages += [episode_advantages(critic, state, horizon) for state in success_states[k]]
+    return advantage_weights(np.concatenate(advantages), cfg.advantage_beta, cfg.advantage_max_weight)
 
 
 def _evaluate(cfg: FilteredBCConfig, out: Path, checkpoint: Path, progress: _Progress) -> dict[str, Any]:
@@ -828,6 +901,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     demos = _dataset(cfg.demos, policy, cfg.augment, cfg.seed)
 
     progress = _Progress()
+    critic, critic_opt = None, None  # "advantage" weighting: made on the first round's states
+    success_states: dict[int, list[np.ndarray]] = {}  # round -> its successes' privileged states, read once
     last = latest_checkpoint(out) if cfg.resume else None
     if last is not None:
         state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
@@ -841,6 +916,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
             ema.load_state_dict(state["ema"], strict=True)
         optimizer.load_state_dict(state["optimizer"])
+        if cfg.weighting == "advantage" and state.get("critic") is not None:
+            critic, critic_opt = make_critic(int(state["critic"]["state_dim"]), cfg.seed)
+            critic.load_state_dict(state["critic"]["model"], strict=True)
+            critic_opt.load_state_dict(state["critic"]["optimizer"])
         progress = _Progress(
             round=int(state["round"]),
             updates=int(state["updates"]),
@@ -880,12 +959,14 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.eval()
             seeds = round_seeds(cfg, r)
             policy_s = actor.seconds
-            records, successes = collect_round(envs, actor, seeds)
+            records, successes, episode_states = collect_round(envs, actor, seeds)
             policy_s = actor.seconds - policy_s
             if successes:
-                weights = success_weights(successes, cfg.weighting)
+                weights = success_weights(successes, cfg.weighting) if cfg.weighting == "state" else None
                 write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
                 progress.success_rounds.append(r)
+            if cfg.weighting == "advantage":
+                write_states(states_path(out, r), episode_states)
             steps = sum(rec.length for rec in records)
             progress.env_steps += steps
             t1 = time.perf_counter()
@@ -896,15 +977,36 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             for dataset in (demos, buffer):
                 if dataset is not None:
                     dataset.set_epoch(r)
+            critic_metrics: dict[str, float] = {}
+            if cfg.weighting == "advantage":
+                tc = time.perf_counter()
+                first = max(0, r - cfg.critic_rounds + 1)
+                data = read_states([p for k in range(first, r + 1) if (p := states_path(out, k)).is_file()])
+                if critic is None:
+                    critic, critic_opt = make_critic(data["state"].shape[1], cfg.seed)
+                critic_rng = np.random.default_rng([cfg.seed, r, CRITIC_STREAM])
+                critic_metrics = train_critic(critic, critic_opt, data, cfg.critic_updates, CRITIC_BATCH, critic_rng)
+                initial = [e.state[:1] for e in episode_states]
+                critic_metrics["v_initial"] = float(
+                    critic.value(np.concatenate(initial), np.zeros(len(initial))).mean()
+                )
+                critic_metrics["seconds"] = time.perf_counter() - tc
             updates, draw = 0, None
             if demos is None and buffer is None:
                 logger.warning("round %d: no demos and no successful episode yet: nothing to train on", r)
             else:
                 updates = cfg.updates_per_round
-                weights = None
-                if buffer is not None and cfg.weighting != "episode":
-                    weights = np.concatenate([read_weights(rollout_path(out, k)) for k in kept])
-                mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, weights)
+                sample_weights = None
+                if buffer is not None and cfg.weighting == "state":
+                    episode_weights = np.concatenate([read_weights(rollout_path(out, k)) for k in kept])
+                    sample_weights = np.repeat(episode_weights, buffer.episode_lengths)
+                elif buffer is not None and cfg.weighting == "advantage":
+                    sample_weights = _advantage_sample_weights(cfg, out, kept, success_states, critic, policy)
+                    if len(sample_weights) != len(buffer):
+                        raise RuntimeError(f"{len(sample_weights)} weights for {len(buffer)} success samples")
+                    critic_metrics["weight_effective_share"] = effective_share(sample_weights)
+                    critic_metrics["weight_capped_share"] = float(np.mean(sample_weights >= cfg.advantage_max_weight))
+                mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, sample_weights)
                 draw = functools.partial(mixture.batch, rng)
             policy.train()
             losses = []
@@ -939,6 +1041,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar("train/loss", float(np.mean(losses)), progress.updates)
                 writer.add_scalar("train/grad_norm", float(grad_norm), progress.updates)
                 writer.add_scalar("train/lr", lr, progress.updates)
+            for name, value in critic_metrics.items():
+                writer.add_scalar(f"critic/{name}", value, progress.updates)
             writer.add_scalar("time/collect_s", t1 - t0, progress.updates)
             # the collection split: choosing actions (VLA inference, noise) vs the rest (stepping the sub-envs:
             # simulation, rendering, the recorder; writing the round's file)
@@ -955,7 +1059,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 len(losses),
                 float(np.mean(losses)) if losses else math.nan,
             )
-            checkpoint = _write_checkpoint(out, policy, ema, optimizer, progress, extra)
+            checkpoint = _write_checkpoint(
+                out, policy, ema, optimizer, progress, extra, critic_state(critic, critic_opt)
+            )
             done = progress.round >= cfg.rounds or out_of_time(cfg, progress.train_s, round_s)
             if cfg.eval_every > 0 and (done or progress.round % cfg.eval_every == 0):
                 last_eval = _evaluate(cfg, out, checkpoint, progress)
