@@ -19,7 +19,9 @@ episodes do not depend on `n_envs` (up to the last bits of batched inference, wh
 amplify, as in `vlagym eval`). With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
 states (seeds ``collect_seed + r * episodes_per_round / G + k``) G times in a row, each try with noise of its
 own, and ``weighting="state"`` lets the successes of one state share one unit of weight, so that successes on
-the states the policy seldom solves count most. A recorder inside each sub-env (it works in async vector envs
+the states the policy seldom solves count most. ``weighting="advantage"`` weighs each step of a success by
+exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
+(failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
 ``OUT/rollouts/round_<r>.hdf5`` (`vlagym dataset check` accepts it; `vlagym train-bc` can train on it).
 
@@ -32,9 +34,13 @@ Outputs of a run folder ``OUT``:
 
     OUT/rl_config.json                       the `FilteredBCConfig`
     OUT/rollouts/round_<r>.hdf5              the successful episodes of round r (demos layout)
+    OUT/rollouts/round_<r>.states.npz        "advantage" weighting: every episode's privileged states and outcome
     OUT/tb/                                  TensorBoard: rollout/success_rate and rollout/outcome_* (how the
                                              noisy collection episodes ended: dropped, never_reached, ...),
-                                             train/loss, buffer/*, time/*, eval/success_rate
+                                             train/loss, buffer/*, time/*, eval/success_rate, critic/* (the
+                                             "advantage" weighting's critic: loss, Brier score beside the
+                                             constant predictor's, mean V of the round's initial states, the
+                                             weights' effective share and capped share)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
