@@ -517,7 +517,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"advantage_beta": 0.0}, "advantage_beta"),
         ({"advantage_max_weight": 0.5}, "advantage_max_weight"),
         ({"critic_rounds": 0}, "critic_rounds"),
-        ({"critic_updates": -1}, "critic_updates"),
+        ({"critic_updates": 0}, "critic_updates"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

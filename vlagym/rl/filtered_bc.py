@@ -287,7 +287,7 @@ class FilteredBCConfig:
             ("eval_every", 0),
             ("eval_episodes", 1),
             ("critic_rounds", 1),
-            ("critic_updates", 0),
+            ("critic_updates", 1),
             ("eval_num_envs", 1),
             ("eval_seed", 0),
         ):
