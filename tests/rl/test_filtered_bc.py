@@ -443,6 +443,7 @@ def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, 
     scalars = EventAccumulator(str(tmp_path / "a" / "tb")).Reload()
     for name in ("loss", "brier", "v_initial", "weight_effective_share", "weight_capped_share"):
         assert len(scalars.Scalars(f"critic/{name}")) == 2, name
+    assert len(scalars.Scalars("critic/brier_new")) == 1  # from the second round on: a critic of earlier rounds
     # the first round alone, then resumed: the critic comes back with the policy
     train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", max_minutes=1e-9, **common))
     train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "b", resume=True, **common))

@@ -173,12 +173,16 @@ def train_critic(
         optimizer.step()
         losses.append(float(loss.detach()))
     critic.eval()
-    value = critic.value(state, step)
-    return {
-        "loss": float(np.mean(losses)) if losses else float("nan"),
-        "brier": float(np.mean((value - label) ** 2)),
-        "brier_constant": float(np.var(label)),
-    }
+    brier, constant = brier_scores(critic, data)
+    return {"loss": float(np.mean(losses)) if losses else float("nan"), "brier": brier, "brier_constant": constant}
+
+
+def brier_scores(critic: SuccessCritic, data: dict[str, np.ndarray]) -> tuple[float, float]:
+    """The critic's Brier score on `data` (mean squared error of P(success) against the 0/1 outcome), and that of
+    the best constant predictor (the data's success rate): below it, the critic tells states apart."""
+    label = data["success"].astype(np.float64)
+    value = critic.value(data["state"], data["step"])
+    return float(np.mean((value - label) ** 2)), float(np.var(label))
 
 
 def episode_advantages(critic: SuccessCritic, state: np.ndarray, horizon: int) -> np.ndarray:

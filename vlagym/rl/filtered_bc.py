@@ -39,8 +39,9 @@ Outputs of a run folder ``OUT``:
                                              noisy collection episodes ended: dropped, never_reached, ...),
                                              train/loss, buffer/*, time/*, eval/success_rate, critic/* (the
                                              "advantage" weighting's critic: loss, Brier score beside the
-                                             constant predictor's, mean V of the round's initial states, the
-                                             weights' effective share and capped share)
+                                             constant predictor's, on its training data and, before it trains
+                                             on them, on the round's new episodes (brier_new), mean V of the
+                                             round's initial states, the weights' effective and capped share)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
@@ -86,6 +87,7 @@ from vlagym.rl.advantage import (
     STATES_KEY,
     EpisodeStates,
     advantage_weights,
+    brier_scores,
     critic_state,
     effective_share,
     episode_advantages,
@@ -988,10 +990,15 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 tc = time.perf_counter()
                 first = max(0, r - cfg.critic_rounds + 1)
                 data = read_states([p for k in range(first, r + 1) if (p := states_path(out, k)).is_file()])
+                held_out = None
                 if critic is None:
                     critic, critic_opt = make_critic(data["state"].shape[1], cfg.seed)
+                else:  # the critic of the rounds before, on this round's episodes: how well it generalises
+                    held_out = brier_scores(critic, read_states([states_path(out, r)]))
                 critic_rng = np.random.default_rng([cfg.seed, r, CRITIC_STREAM])
                 critic_metrics = train_critic(critic, critic_opt, data, cfg.critic_updates, CRITIC_BATCH, critic_rng)
+                if held_out is not None:
+                    critic_metrics["brier_new"], critic_metrics["brier_new_constant"] = held_out
                 initial = [e.state[:1] for e in episode_states]
                 critic_metrics["v_initial"] = float(
                     critic.value(np.concatenate(initial), np.zeros(len(initial))).mean()
