@@ -732,7 +732,7 @@ _FBC_OPTIONS = (
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
-    "critic_rounds", "critic_updates",
+    "critic_rounds", "critic_updates", "gamma",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -1097,7 +1097,13 @@ def _add_train_rl_parser(sub) -> None:
     p.add_argument("--n-epochs", type=int, default=None, help="PPO: epochs per rollout (default: 4)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: 5e-6 post-training, else 3e-4)")
     p.add_argument("--critic-lr", type=float, default=None, help="post-training: value head lr (default: 3e-4)")
-    p.add_argument("--gamma", type=float, default=None, help="discount per RL step (default: 0.99)")
+    p.add_argument(
+        "--gamma",
+        type=float,
+        default=None,
+        help="discount per RL step (default: 0.99); "
+        "filtered-bc: a success after T env steps weighs gamma^T (default: 1)",
+    )
     p.add_argument("--gae-lambda", type=float, default=None, help="PPO: GAE lambda (default: 0.95)")
     p.add_argument("--clip-range", type=float, default=None, help="PPO: ratio clipping (default: 0.2)")
     p.add_argument("--ent-coef", type=float, default=None, help="PPO: entropy bonus (default: 0)")

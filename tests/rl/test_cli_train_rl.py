@@ -80,6 +80,9 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--noise-hold", "0"], "noise_hold"),
         (["--noise-hold", "10"], "--noise-hold apply only to --algo filtered-bc"),
         (["--freeze-encoders"], "--freeze-encoders apply only to --algo filtered-bc"),
+        (["--weighting", "advantage"], "--weighting apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--gamma", "0"], "gamma must be"),
+        (["--algo", "filtered-bc", "--advantage-beta", "-1"], "advantage_beta"),
         (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
     ],
 )

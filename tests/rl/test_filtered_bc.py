@@ -233,6 +233,12 @@ def test_repeated_seeds_keep_every_successful_try(tmp_path_factory):
     assert all(np.array_equal(s.state, e.state) for s, e in zip(states, episodes, strict=True))
     assert success_weights(episodes, "episode") == [1.0, 1.0, 1.0]
     assert success_weights(episodes, "state") == [0.5, 0.5, 1.0]
+    # discounted: a success after T steps weighs gamma^T times as much
+    lengths = [len(e.actions) for e in episodes]
+    np.testing.assert_allclose(
+        success_weights(episodes, "state", 0.9), np.array([0.5, 0.5, 1.0]) * 0.9 ** np.array(lengths)
+    )
+    np.testing.assert_allclose(success_weights(episodes, "advantage", 0.9), 0.9 ** np.array(lengths))
 
 
 def test_weights_round_trip_and_steer_the_draws(expert_rollouts, bc_checkpoint, tmp_path):
@@ -412,17 +418,21 @@ def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):
     assert {_lr_factor(constant, u) for u in (0, 50, 100)} == {1.0}
 
 
-def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, monkeypatch, gamma):
     import vlagym.rl.filtered_bc as fbc
 
     real = fbc.collect_round
     # the scripted expert collects, so that every try succeeds and the weighted buffer is trained on
     monkeypatch.setattr(fbc, "collect_round", lambda envs, actor, seeds: real(envs, _ExpertActor(envs), seeds))
-    cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", group_size=2, weighting="state", eval_every=0)
+    cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", group_size=2, weighting="state", eval_every=0,
+                  gamma=gamma)  # fmt: skip
     result = train_filtered_bc(cfg)
     assert result["updates"] == 4
     for r in range(2):  # one state per round, tried twice: both successes share its unit of weight
-        np.testing.assert_array_equal(read_weights(rollout_path(tmp_path / "run", r)), [0.5, 0.5])
+        path = rollout_path(tmp_path / "run", r)
+        lengths = np.array([len(s) for s in fbc.read_success_states(path)])
+        np.testing.assert_allclose(read_weights(path), 0.5 * gamma**lengths)
 
 
 def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):
@@ -516,6 +526,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"episodes_per_round": 10, "group_size": 4}, "must be a multiple of group_size"),
         ({"weighting": "return"}, "weighting must be one of"),
         ({"advantage_beta": 0.0}, "advantage_beta"),
+        ({"gamma": 1.5}, "gamma must be"),
         ({"advantage_max_weight": 0.5}, "advantage_max_weight"),
         ({"critic_rounds": 0}, "critic_rounds"),
         ({"critic_updates": 0}, "critic_updates"),

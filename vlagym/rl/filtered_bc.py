@@ -167,6 +167,10 @@ class FilteredBCConfig:
     seldom solves counts as much as all of them on a state it always solves); "advantage", each step by
     exp(A / advantage_beta), A the rise of a success critic on the privileged state over the chunk executed from
     there (AWR; see `vlagym.rl.advantage`)"""
+    gamma: float = 1.0
+    """discount of the 0/1 success reward: a success after T steps weighs gamma^T (times its `weighting`
+    weight), so quick successes count more than slow ones (e.g. ones that dropped the object and picked it up
+    again); 1: every success alike"""
     advantage_beta: float = 0.2
     """"advantage" weighting: the temperature of exp(A / beta) (A is a change of success probability, in [-1, 1])"""
     advantage_max_weight: float = 20.0
@@ -311,6 +315,7 @@ class FilteredBCConfig:
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         check_float("demo_fraction", self.demo_fraction, 0.0, 1.0)
+        check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_float("advantage_beta", self.advantage_beta, 0.0, low_open=True)
         check_float("advantage_max_weight", self.advantage_max_weight, 1.0)
         for name in ("augment", "prefetch", "freeze_encoders", "resume", "progress"):
@@ -556,14 +561,14 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
     return records, successes, episode_states
 
 
-def success_weights(successes: list[RolloutEpisode], weighting: str) -> list[float]:
-    """Each successful episode's sampling weight: 1 ("episode"), or 1 / (successes of its seed) ("state")."""
-    if weighting == "episode":
-        return [1.0] * len(successes)
+def success_weights(successes: list[RolloutEpisode], weighting: str, gamma: float = 1.0) -> list[float]:
+    """Each successful episode's sampling weight: 1 ("episode", "advantage"), or 1 / (successes of its seed)
+    ("state"); times gamma^T for an episode of T steps (the discounted return of its 0/1 success reward)."""
     counts: dict[int, int] = {}
     for e in successes:
         counts[e.seed] = counts.get(e.seed, 0) + 1
-    return [1.0 / counts[e.seed] for e in successes]
+    base = [1.0 / counts[e.seed] if weighting == "state" else 1.0 for e in successes]
+    return [w * gamma ** len(e.actions) for w, e in zip(base, successes, strict=True)]
 
 
 def read_weights(path: str | os.PathLike) -> np.ndarray:
@@ -970,7 +975,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             records, successes, episode_states = collect_round(envs, actor, seeds)
             policy_s = actor.seconds - policy_s
             if successes:
-                weights = success_weights(successes, cfg.weighting) if cfg.weighting == "state" else None
+                weights = success_weights(successes, cfg.weighting, cfg.gamma)
                 write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
                 progress.success_rounds.append(r)
             if cfg.weighting == "advantage":
@@ -1009,14 +1014,15 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 logger.warning("round %d: no demos and no successful episode yet: nothing to train on", r)
             else:
                 updates = cfg.updates_per_round
-                sample_weights = None
-                if buffer is not None and cfg.weighting == "state":
+                sample_weights = None  # uniform draws ("episode" weighting, no discount)
+                if buffer is not None and (cfg.weighting != "episode" or cfg.gamma != 1.0):
                     episode_weights = np.concatenate([read_weights(rollout_path(out, k)) for k in kept])
                     sample_weights = np.repeat(episode_weights, buffer.episode_lengths)
-                elif buffer is not None and cfg.weighting == "advantage":
-                    sample_weights = _advantage_sample_weights(cfg, out, kept, success_states, critic, policy)
-                    if len(sample_weights) != len(buffer):
-                        raise RuntimeError(f"{len(sample_weights)} weights for {len(buffer)} success samples")
+                if buffer is not None and cfg.weighting == "advantage":
+                    advantage = _advantage_sample_weights(cfg, out, kept, success_states, critic, policy)
+                    if len(advantage) != len(buffer):
+                        raise RuntimeError(f"{len(advantage)} weights for {len(buffer)} success samples")
+                    sample_weights = sample_weights * advantage
                     critic_metrics["weight_effective_share"] = effective_share(sample_weights)
                     critic_metrics["weight_capped_share"] = float(np.mean(sample_weights >= cfg.advantage_max_weight))
                 mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, sample_weights)
