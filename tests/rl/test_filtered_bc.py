@@ -429,10 +429,15 @@ def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, 
                   gamma=gamma)  # fmt: skip
     result = train_filtered_bc(cfg)
     assert result["updates"] == 4
+    all_lengths = []
     for r in range(2):  # one state per round, tried twice: both successes share its unit of weight
         path = rollout_path(tmp_path / "run", r)
         lengths = np.array([len(s) for s in fbc.read_success_states(path)])
         np.testing.assert_allclose(read_weights(path), 0.5 * gamma**lengths)
+        all_lengths += list(lengths)
+    scalars = EventAccumulator(str(tmp_path / "run" / "tb")).Reload()
+    mean_length = [e.value for e in scalars.Scalars("buffer/mean_episode_length")]
+    np.testing.assert_allclose(mean_length, [np.mean(all_lengths[:2]), np.mean(all_lengths)], rtol=1e-6)
 
 
 def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):

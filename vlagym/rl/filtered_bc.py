@@ -1056,6 +1056,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar(f"rollout/outcome_{outcome}", count / len(records), progress.updates)
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
+            if buffer is not None:  # slow successes (e.g. dropped and picked up again) are most samples of a buffer
+                writer.add_scalar(
+                    "buffer/mean_episode_length", float(np.mean(buffer.episode_lengths)), progress.updates
+                )
             if losses:
                 writer.add_scalar("train/loss", float(np.mean(losses)), progress.updates)
                 writer.add_scalar("train/grad_norm", float(grad_norm), progress.updates)
