@@ -998,8 +998,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 held_out = None
                 if critic is None:
                     critic, critic_opt = make_critic(data["state"].shape[1], cfg.seed)
-                else:  # the critic of the rounds before, on this round's episodes: how well it generalises
-                    held_out = brier_scores(critic, read_states([states_path(out, r)]))
+                else:  # the critic of the rounds before, on this round's episodes (the last rows): how it generalises
+                    n_new = sum(len(e.state) for e in episode_states)
+                    held_out = brier_scores(critic, {key: value[-n_new:] for key, value in data.items()})
                 critic_rng = np.random.default_rng([cfg.seed, r, CRITIC_STREAM])
                 critic_metrics = train_critic(critic, critic_opt, data, cfg.critic_updates, CRITIC_BATCH, critic_rng)
                 if held_out is not None:
@@ -1024,7 +1025,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                         raise RuntimeError(f"{len(advantage)} weights for {len(buffer)} success samples")
                     sample_weights = sample_weights * advantage
                     critic_metrics["weight_effective_share"] = effective_share(sample_weights)
-                    critic_metrics["weight_capped_share"] = float(np.mean(sample_weights >= cfg.advantage_max_weight))
+                    critic_metrics["weight_capped_share"] = float(np.mean(advantage >= cfg.advantage_max_weight))
                 mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, sample_weights)
                 draw = functools.partial(mixture.batch, rng)
             policy.train()
