@@ -732,7 +732,7 @@ _FBC_OPTIONS = (
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
-    "critic_rounds", "critic_updates", "gamma",
+    "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -751,6 +751,7 @@ _FBC_ONLY = (
     "advantage_max_weight",
     "critic_rounds",
     "critic_updates",
+    "max_gripper_reopens",
 )
 
 
@@ -1184,6 +1185,13 @@ def _add_train_rl_parser(sub) -> None:
     )
     g.add_argument(
         "--critic-updates", type=int, default=None, help="--weighting advantage: critic steps/round (default: 300)"
+    )
+    p.add_argument(
+        "--max-gripper-reopens",
+        type=int,
+        default=None,
+        help="filtered-bc: drop successes whose gripper opens again after closing more than this often "
+        "(0 for picks, 1 for places; default: keep all)",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -8,6 +8,7 @@ import json
 import types
 
 import gymnasium as gym
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -27,6 +28,7 @@ from vlagym.rl.filtered_bc import (
     _Mixture,
     _Prefetch,
     collect_round,
+    gripper_reopens,
     latest_checkpoint,
     make_collection_envs,
     out_of_time,
@@ -440,6 +442,48 @@ def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, 
     np.testing.assert_allclose(mean_length, [np.mean(all_lengths[:2]), np.mean(all_lengths)], rtol=1e-6)
 
 
+def test_gripper_reopens_counts_closed_to_open_switches():
+    def gripper(*commands):
+        return np.concatenate([np.zeros((len(commands), 6)), np.array(commands)[:, None]], axis=1)
+
+    assert gripper_reopens(gripper(-1, -1, -0.5)) == 0  # never closed
+    assert gripper_reopens(gripper(-1, 0.2, 1, 0.3)) == 0  # closed once and held (a partial release still holds)
+    assert gripper_reopens(gripper(-1, 1, 0.0, 1)) == 1  # 0 is not closed
+    assert gripper_reopens(gripper(1, -1, 1, -0.2, 1, 1)) == 2
+    assert gripper_reopens(gripper(-1, 1, -1)) == 1  # a place's final release counts
+    assert gripper_reopens(np.zeros((0, 7))) == 0
+
+
+def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
+    bc_checkpoint, demo_file, tmp_path, monkeypatch
+):
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+
+    def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round re-opens
+        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        closed = np.flatnonzero(successes[0].actions[:, -1] > 0)
+        successes[0].actions[closed[0] + 1, -1] = -1.0
+        return records, successes, states
+
+    monkeypatch.setattr(fbc, "collect_round", collect)
+    kept = {}
+    for limit in (None, 0):
+        out = tmp_path / f"run_{limit}"
+        train_filtered_bc(_config(bc_checkpoint, demo_file, out, eval_every=0, max_gripper_reopens=limit))
+        kept[limit] = []
+        for r in range(2):
+            with h5py.File(rollout_path(out, r), "r") as f:
+                kept[limit].append([gripper_reopens(demo["actions"][()]) for demo in f["data"].values()])
+        scalars = EventAccumulator(str(out / "tb")).Reload()
+        assert [e.value for e in scalars.Scalars("rollout/success_reopen_share")] == [0.5, 0.5]
+        filtered = [e.value for e in scalars.Scalars("rollout/successes_filtered")]
+        assert filtered == ([0, 0] if limit is None else [1, 1])
+    assert kept[None] == [[1, 0], [1, 0]]
+    assert kept[0] == [[0], [0]]
+
+
 def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):
     import vlagym.rl.filtered_bc as fbc
     from vlagym.rl.advantage import read_states, states_path
@@ -535,6 +579,7 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"advantage_max_weight": 0.5}, "advantage_max_weight"),
         ({"critic_rounds": 0}, "critic_rounds"),
         ({"critic_updates": 0}, "critic_updates"),
+        ({"max_gripper_reopens": -1}, "max_gripper_reopens"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

@@ -171,6 +171,11 @@ class FilteredBCConfig:
     """discount of the 0/1 success reward: a success after T steps weighs gamma^T (times its `weighting`
     weight), so quick successes count more than slow ones (e.g. ones that dropped the object and picked it up
     again); 1: every success alike"""
+    max_gripper_reopens: int | None = None
+    """drop the successes whose gripper command (the last action entry, -1 open ... +1 closed) opens again
+    after closing more than this many times, before they enter the buffer: 0 for a pick (a success that let go
+    of the object and grasped it again teaches the chatter behind drops), 1 for a place (one release); None:
+    keep every success"""
     advantage_beta: float = 0.2
     """"advantage" weighting: the temperature of exp(A / beta) (A is a change of success probability, in [-1, 1])"""
     advantage_max_weight: float = 20.0
@@ -305,6 +310,8 @@ class FilteredBCConfig:
         for name in ("buffer_rounds", "torch_threads"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
+        if self.max_gripper_reopens is not None:
+            check_int("max_gripper_reopens", self.max_gripper_reopens, 0)
         if self.max_minutes is not None:
             check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         check_float("noise_std", self.noise_std, 0.0)
@@ -559,6 +566,13 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
     successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
     episode_states = [states[r.seed].pop(0) for r in records if states.get(r.seed)]
     return records, successes, episode_states
+
+
+def gripper_reopens(actions: np.ndarray) -> int:
+    """How often the gripper command (the last entry of each action: -1 open ... +1 closed) goes from closed
+    (> 0) to open (<= 0) in an episode's executed actions."""
+    closed = np.asarray(actions)[:, -1] > 0
+    return int(np.count_nonzero(closed[:-1] & ~closed[1:]))
 
 
 def success_weights(successes: list[RolloutEpisode], weighting: str, gamma: float = 1.0) -> list[float]:
@@ -974,6 +988,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy_s = actor.seconds
             records, successes, episode_states = collect_round(envs, actor, seeds)
             policy_s = actor.seconds - policy_s
+            reopens = [gripper_reopens(e.actions) for e in successes]
+            if cfg.max_gripper_reopens is not None:
+                successes = [e for e, n in zip(successes, reopens, strict=True) if n <= cfg.max_gripper_reopens]
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
                 write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
@@ -1055,6 +1072,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             # how the collection episodes ended (`vlagym eval`'s diagnostics), as shares of the round's episodes
             for outcome, count in outcome_counts(rec.outcome for rec in records).items():
                 writer.add_scalar(f"rollout/outcome_{outcome}", count / len(records), progress.updates)
+            # successes that let go of the gripper and closed it again (kept or not: see max_gripper_reopens)
+            writer.add_scalar(
+                "rollout/success_reopen_share",
+                float(np.mean([n > 0 for n in reopens])) if reopens else 0.0,
+                progress.updates,
+            )
+            writer.add_scalar("rollout/successes_filtered", len(reopens) - len(successes), progress.updates)
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
             if buffer is not None:  # slow successes (e.g. dropped and picked up again) are most samples of a buffer
