@@ -83,6 +83,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--weighting", "advantage"], "--weighting apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--gamma", "0"], "gamma must be"),
         (["--algo", "filtered-bc", "--advantage-beta", "-1"], "advantage_beta"),
+        (["--algo", "filtered-bc", "--max-gripper-reopens", "-1"], "max_gripper_reopens"),
+        (["--max-gripper-reopens", "0"], "--max-gripper-reopens apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
     ],
 )
