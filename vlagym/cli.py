@@ -1186,11 +1186,11 @@ def _add_train_rl_parser(sub) -> None:
     g.add_argument(
         "--critic-updates", type=int, default=None, help="--weighting advantage: critic steps/round (default: 300)"
     )
-    p.add_argument(
+    g.add_argument(
         "--max-gripper-reopens",
         type=int,
         default=None,
-        help="filtered-bc: drop successes whose gripper opens again after closing more than this often "
+        help="drop successes whose gripper opens again after closing more than this often "
         "(0 for picks, 1 for places; default: keep all)",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
