@@ -448,7 +448,7 @@ def test_gripper_reopens_counts_closed_to_open_switches():
 
     assert gripper_reopens(gripper(-1, -1, -0.5)) == 0  # never closed
     assert gripper_reopens(gripper(-1, 0.2, 1, 0.3)) == 0  # closed once and held (a partial release still holds)
-    assert gripper_reopens(gripper(-1, 1, 0.0, 1)) == 1  # 0 is not closed
+    assert gripper_reopens(gripper(-1, 1, -0.1, 0.0, 1)) == 1  # 0 is closed, as the VLA's binary gripper has it
     assert gripper_reopens(gripper(1, -1, 1, -0.2, 1, 1)) == 2
     assert gripper_reopens(gripper(-1, 1, -1)) == 1  # a place's final release counts
     assert gripper_reopens(np.zeros((0, 7))) == 0

@@ -37,7 +37,9 @@ Outputs of a run folder ``OUT``:
     OUT/rollouts/round_<r>.states.npz        "advantage" weighting: every episode's privileged states and outcome
     OUT/tb/                                  TensorBoard: rollout/success_rate and rollout/outcome_* (how the
                                              noisy collection episodes ended: dropped, never_reached, ...),
-                                             train/loss, buffer/*, time/*, eval/success_rate, critic/* (the
+                                             rollout/success_reopen_share and rollout/successes_filtered (the
+                                             successes that re-open the gripper; how many max_gripper_reopens
+                                             dropped), train/loss, buffer/*, time/*, eval/success_rate, critic/* (the
                                              "advantage" weighting's critic: loss, Brier score beside the
                                              constant predictor's, on its training data and, before it trains
                                              on them, on the round's new episodes (brier_new), mean V of the
@@ -570,8 +572,8 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
 
 def gripper_reopens(actions: np.ndarray) -> int:
     """How often the gripper command (the last entry of each action: -1 open ... +1 closed) goes from closed
-    (> 0) to open (<= 0) in an episode's executed actions."""
-    closed = np.asarray(actions)[:, -1] > 0
+    (>= 0, the threshold of the VLA's binary gripper) to open (< 0) in an episode's executed actions."""
+    closed = np.asarray(actions)[:, -1] >= 0
     return int(np.count_nonzero(closed[:-1] & ~closed[1:]))
 
 
@@ -1017,7 +1019,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     critic, critic_opt = make_critic(data["state"].shape[1], cfg.seed)
                 else:  # the critic of the rounds before, on this round's episodes (the last rows): how it generalises
                     n_new = sum(len(e.state) for e in episode_states)
-                    held_out = brier_scores(critic, {key: value[-n_new:] for key, value in data.items()})
+                    held_out = brier_scores(critic, {key: value[len(value) - n_new :] for key, value in data.items()})
                 critic_rng = np.random.default_rng([cfg.seed, r, CRITIC_STREAM])
                 critic_metrics = train_critic(critic, critic_opt, data, cfg.critic_updates, CRITIC_BATCH, critic_rng)
                 if held_out is not None:
@@ -1073,11 +1075,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             for outcome, count in outcome_counts(rec.outcome for rec in records).items():
                 writer.add_scalar(f"rollout/outcome_{outcome}", count / len(records), progress.updates)
             # successes that let go of the gripper and closed it again (kept or not: see max_gripper_reopens)
-            writer.add_scalar(
-                "rollout/success_reopen_share",
-                float(np.mean([n > 0 for n in reopens])) if reopens else 0.0,
-                progress.updates,
-            )
+            if reopens:
+                writer.add_scalar(
+                    "rollout/success_reopen_share", float(np.mean(np.array(reopens) > 0)), progress.updates
+                )
             writer.add_scalar("rollout/successes_filtered", len(reopens) - len(successes), progress.updates)
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
