@@ -722,7 +722,7 @@ _RL_OPTIONS = (
     "chunk_size", "n_steps", "batch_size", "n_epochs", "lr", "critic_lr", "gamma", "gae_lambda", "clip_range",
     "ent_coef", "target_kl", "log_std_init", "bc_coef", "critic_warmup_steps", "buffer_size", "learning_starts",
     "seed", "eval_every", "eval_episodes", "eval_num_envs", "checkpoint_every", "device", "torch_threads",
-    "max_minutes", "reward_scale", "actor_layers", "log_std_lr",
+    "max_minutes", "reward_scale", "actor_layers", "log_std_lr", "eval_seed",
 )  # fmt: skip
 
 
@@ -732,7 +732,7 @@ _FBC_OPTIONS = (
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
-    "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens",
+    "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -752,6 +752,7 @@ _FBC_ONLY = (
     "critic_rounds",
     "critic_updates",
     "max_gripper_reopens",
+    "collect_seed",
 )
 
 
@@ -1131,6 +1132,9 @@ def _add_train_rl_parser(sub) -> None:
     )
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation (default: 20)")
     p.add_argument("--eval-num-envs", type=int, default=None, help="parallel sub-envs of evaluations (default: 1)")
+    p.add_argument(
+        "--eval-seed", type=int, default=None, help="evaluation episode i uses seed EVAL_SEED+i (default: 100000)"
+    )
     p.add_argument("--checkpoint-every", type=int, default=None, help="timesteps (default: 0, only at the end)")
     p.add_argument("--device", default=None, help="auto, cpu or cuda (default: auto)")
     p.add_argument("--torch-threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -1192,6 +1196,12 @@ def _add_train_rl_parser(sub) -> None:
         default=None,
         help="drop successes whose gripper opens again after closing more than this often "
         "(0 for picks, 1 for places; default: keep all)",
+    )
+    g.add_argument(
+        "--collect-seed",
+        type=int,
+        default=None,
+        help="first collection seed; another value gives an independent replicate (default: 10000000)",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

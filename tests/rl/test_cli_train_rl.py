@@ -47,6 +47,7 @@ def test_from_scratch_sac(tmp_path, in_tmp_dir, capsys):
         (["--from-scratch", "--task", TASK, "--algo", "dqn"], "algo must be one of"),
         (["--from-scratch", "--task", TASK, "--env-kwargs", "{oops"], "not valid JSON"),
         (["--from-scratch", "--task", TASK, "--env-kwargs", '{"colour": 1}', "--batch-size", "8"], "colour"),
+        (["--from-scratch", "--task", TASK, "--eval-seed", "-1"], "eval_seed"),
     ],
 )
 def test_user_errors(extra, match, tmp_path, in_tmp_dir, capsys):
@@ -60,11 +61,14 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     out = tmp_path / "fbc"
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
+    argv += ["--collect-seed", "20000000", "--eval-seed", "300000"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
     config = json.loads((out / "rl_config.json").read_text())
     assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
+    assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
+    assert json.loads((out / "eval" / "step_0" / "results.json").read_text())["seed"] == 300_000
     ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
     assert main(["eval", "--policy", str(ckpt), "--episodes", "1", "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
 
@@ -86,6 +90,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--max-gripper-reopens", "-1"], "max_gripper_reopens"),
         (["--max-gripper-reopens", "0"], "--max-gripper-reopens apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
+        (["--algo", "filtered-bc", "--collect-seed", "100010"], "overlap the evaluation seeds"),
+        (["--collect-seed", "5"], "--collect-seed apply only to --algo filtered-bc"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):
