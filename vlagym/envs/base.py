@@ -418,6 +418,14 @@ class VLAEnv(gym.Env):
         self._task_state(out[Robot.PROPRIO_DIM :])
         return out
 
+    def sim_state(self) -> np.ndarray:
+        """The simulator's full integration state (`mujoco.mj_getState`, ``mjSTATE_INTEGRATION``), which
+        `mujoco.mj_setState` restores exactly: the demos' ``states``."""
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        out = np.empty(mujoco.mj_stateSize(self.model, spec))
+        mujoco.mj_getState(self.model, self.data, out, spec)
+        return out
+
     def _task_state(self, out: np.ndarray | None = None) -> np.ndarray:
         """The same layout on every task, so one policy (or critic) reads them all:
         target position (3) and quaternion (4), goal position (3), target minus

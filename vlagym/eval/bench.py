@@ -355,9 +355,7 @@ def rollout_with_log(env: gym.Env, steps: int, seed: int) -> tuple[float, list[d
         t = time.perf_counter()
         env.reset(seed=episode_seed)
         reset_time += time.perf_counter() - t
-        state = np.empty(mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-        mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-        episodes.append({"model": copy.copy(u.model), "state": state, "ctrls": [], "final_qpos": None})
+        episodes.append({"model": copy.copy(u.model), "state": u.sim_state(), "ctrls": [], "final_qpos": None})
 
     start_episode(seed)
     for i, a in enumerate(actions):

@@ -73,7 +73,6 @@ from typing import Any
 
 import gymnasium as gym
 import h5py
-import mujoco
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
@@ -392,14 +391,12 @@ class _RolloutRecorder(gym.Wrapper):
 
     def _observe(self, obs: dict[str, Any]) -> None:
         sim = self._sim()
-        sim_state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-        mujoco.mj_getState(sim.model, sim.data, sim_state, mujoco.mjtState.mjSTATE_INTEGRATION)
         self._steps.append(
             {
                 "images": {cam: np.array(img) for cam, img in obs["images"].items()},
                 "proprio": np.array(obs["proprio"], np.float32),
                 "state": sim._state_vector().astype(np.float32),
-                "sim_state": sim_state,
+                "sim_state": sim.sim_state(),
             }
         )
 

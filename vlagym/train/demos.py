@@ -271,10 +271,8 @@ class _ExpertRecorder(gym.Wrapper):
         task = base.task if isinstance(base, MultiTaskEnv) else (self.env.spec.id if self.env.spec else "")
         state = sim._state_vector()
         proprio = np.array(obs["proprio"], np.float32) if isinstance(obs, dict) else state[: Robot.PROPRIO_DIM].copy()
-        sim_state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-        mujoco.mj_getState(sim.model, sim.data, sim_state, mujoco.mjtState.mjSTATE_INTEGRATION)
         action = np.asarray(self.expert(obs), np.float32)
-        return _StepRecord(self._seed, self._t, action, proprio, state, sim_state, task)
+        return _StepRecord(self._seed, self._t, action, proprio, state, sim.sim_state(), task)
 
 
 # ---------------------------------------------------------------------------- episodes
