@@ -102,7 +102,7 @@ def test_compare_identical_runs(bundle_dir, capsys):
     assert main(["compare", str(bundle_dir), str(bundle_dir / "bundle.json")]) == 0
     out = capsys.readouterr().out
     assert "protocol: vlagym-pick v1" in out
-    assert f"| {PICK} | 8 | 100.0% | 100.0% | +0.0 pts | 0 | 0 | 1 | no detectable difference |" in out
+    assert f"| {PICK} | 8 | 100.0% | 100.0% | +0.0 pts | [-27.7, +27.7] | 0 | 0 | 1 | no detectable difference |" in out
     assert "verdict over all 8 paired episodes (alpha 0.05): no detectable difference" in out
 
 
@@ -111,12 +111,13 @@ def test_compare_finds_the_better_policy(bundle_dir, tmp_path, capsys):
     assert main(["compare", str(bundle_dir), worse]) == 0
     out = capsys.readouterr().out
     # 8 discordant episodes, all for A: p = 2 / 2^8
-    assert f"| {PICK} | 8 | 100.0% | 0.0% | +100.0 pts | 8 | 0 | 0.00781 | A better |" in out
+    assert f"| {PICK} | 8 | 100.0% | 0.0% | +100.0 pts | [+42.8, +100.0] | 8 | 0 | 0.00781 | A better |" in out
     assert out.strip().endswith("A better")
     assert main(["compare", worse, str(bundle_dir), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["tests"]["all"]["verdict"] == "B better" and doc["tests"]["all"]["b_only"] == 8
     assert doc["tests"]["all"]["p_value"] == pytest.approx(2 / 2**8) and doc["protocol"] == "vlagym-pick v1"
+    assert doc["tests"]["all"]["difference_ci95"] == pytest.approx([-1.0, -0.428], abs=1e-3)
 
 
 def test_compare_notes_different_software_versions(bundle_dir, tmp_path, capsys):

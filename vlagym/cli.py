@@ -554,13 +554,14 @@ class CompareConfig:
 def format_comparison(tests: dict[str, Any], alpha: float) -> str:
     """The Markdown table of `compare_outcomes`: one row per task, then "all"."""
     lines = [
-        "| task | n | A | B | A - B | only A | only B | McNemar p | verdict |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| task | n | A | B | A - B | A - B, 95% CI | only A | only B | McNemar p | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for task, t in tests.items():
         name = f"**{task}**" if task == "all" else task
         lines.append(
-            f"| {name} | {t.n} | {t.a_rate:.1%} | {t.b_rate:.1%} | {100 * t.difference:+.1f} pts | {t.a_only} | "
+            f"| {name} | {t.n} | {t.a_rate:.1%} | {t.b_rate:.1%} | {100 * t.difference:+.1f} pts | "
+            f"[{100 * t.difference_ci95[0]:+.1f}, {100 * t.difference_ci95[1]:+.1f}] | {t.a_only} | "
             f"{t.b_only} | {t.p_value:.3g} | {t.verdict} |"
         )
     overall = tests["all"]

@@ -251,7 +251,9 @@ def test_compare_pairs_a_sequential_run_on_the_episodes_both_hold(tiny, tmp_path
     out = capsys.readouterr().out
     assert "note: sequential stopping: paired on the 4 episodes both runs hold" in out
     # the first four flaky outcomes are 1101: one episode only the expert solved
-    assert f"| {BUTTON} | 4 | 100.0% | 75.0% | +25.0 pts | 1 | 0 | 1 | no detectable difference |" in out
+    assert (
+        f"| {BUTTON} | 4 | 100.0% | 75.0% | +25.0 pts | [-38.3, +71.7] | 1 | 0 | 1 | no detectable difference |" in out
+    )
     assert main(["compare", str(tmp_path / "seq"), str(tmp_path / "expert"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["tests"]["all"]["n"] == 4 and "paired on the 4 episodes" in doc["pairing_note"]
