@@ -16,7 +16,7 @@
                                          ... each task x split stops once its 95% interval is at most 20 points wide
     vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
-    vlagym compare A B                   paired comparison of two bundles (McNemar's exact test, verdict)
+    vlagym compare A B                   paired comparison of two bundles (A - B with a 95% CI, McNemar's test)
     vlagym bench [--quick] [--sections env vector ...] [--out bench.json]
                                          speed benchmarks side by side: env vs raw physics, vector envs, dataset,
                                          BC training, policy latency, PPO (Markdown tables + JSON)
@@ -593,7 +593,10 @@ def run_compare(cfg: CompareConfig) -> int:
         return EXIT_OK
     print(f"A: {a.path} (policy {a.policy})")
     print(f"B: {b.path} (policy {b.policy})")
-    print(f"protocol: {a.protocol}; metric: {cfg.metric}; McNemar's exact test on paired episodes")
+    print(
+        f"protocol: {a.protocol}; metric: {cfg.metric}; McNemar's exact test on paired episodes; "
+        "A - B interval: Bonett-Price, paired"
+    )
     if paired_note:
         print(f"note: {paired_note}")
     print()
@@ -1006,8 +1009,8 @@ def _add_compare_parser(sub) -> None:
         "compare",
         help="paired comparison of two results bundles (McNemar's exact test)",
         description="Compare two runs of the same protocol episode by episode (same task, split and seed): per-task "
-        "difference, discordant episodes, McNemar's exact p-value and a verdict. Exit code 2 when the runs do not "
-        "hold the same episodes.",
+        "difference with a 95% interval (Bonett-Price, paired), discordant episodes, McNemar's exact p-value and a "
+        "verdict. Exit code 2 when the runs do not hold the same episodes.",
     )
     p.add_argument("a", help="run A: bundle folder or bundle.json (or a vlagym eval folder / results.json)")
     p.add_argument("b", help="run B")
