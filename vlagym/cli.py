@@ -737,6 +737,7 @@ _FBC_OPTIONS = (
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
+    "retry_noise_std", "retry_noise_hold",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -757,6 +758,8 @@ _FBC_ONLY = (
     "critic_updates",
     "max_gripper_reopens",
     "collect_seed",
+    "retry_noise_std",
+    "retry_noise_hold",
 )
 
 
@@ -1151,6 +1154,15 @@ def _add_train_rl_parser(sub) -> None:
     )
     g.add_argument(
         "--noise-hold", type=int, default=None, help="steps each noise draw is held, e.g. the chunk (default: 1)"
+    )
+    g.add_argument(
+        "--retry-noise-std",
+        type=float,
+        default=None,
+        help="states with no kept success get GROUP_SIZE more tries with this noise std (default: 0, no retries)",
+    )
+    g.add_argument(
+        "--retry-noise-hold", type=int, default=None, help="steps each retry noise draw is held (default: 10)"
     )
     g.add_argument(
         "--demos", nargs="+", default=None, metavar="FILE", help="demo files to mix in (default: the BC checkpoint's)"

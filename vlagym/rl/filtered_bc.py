@@ -19,7 +19,10 @@ episodes do not depend on `n_envs` (up to the last bits of batched inference, wh
 amplify, as in `vlagym eval`). With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
 states (seeds ``collect_seed + r * episodes_per_round / G + k``) G times in a row, each try with noise of its
 own, and ``weighting="state"`` lets the successes of one state share one unit of weight, so that successes on
-the states the policy seldom solves count most. ``weighting="advantage"`` weighs each step of a success by
+the states the policy seldom solves count most. With ``retry_noise_std`` > 0, the states of a round that kept
+no success get G more tries with larger, held noise (`retry_noise_hold` steps per draw): the policy's own
+behaviour with a little jitter either solves a state on most tries or on none, so the states it cannot solve
+otherwise give no data at all. ``weighting="advantage"`` weighs each step of a success by
 exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
 (failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
@@ -195,6 +198,13 @@ class FilteredBCConfig:
     """steps each noise draw is held: 1, fresh noise every step; the policy's n_action_steps, one constant offset
     per executed chunk (temporally correlated exploration: the arm drifts off the mean path instead of jittering
     around it)"""
+    retry_noise_std: float = 0.0
+    """a second pass on the states of a round that kept no success (every try failed, or its successes were
+    dropped by `max_gripper_reopens`): `group_size` more tries each, with noise of this std held for
+    `retry_noise_hold` steps (wider, temporally correlated exploration where the first pass found nothing; its
+    successes join the round's); 0: no second pass"""
+    retry_noise_hold: int = 10
+    """steps each noise draw of the second pass is held (see `retry_noise_std`)"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -292,6 +302,7 @@ class FilteredBCConfig:
             ("group_size", 1),
             ("n_envs", 1),
             ("noise_hold", 1),
+            ("retry_noise_hold", 1),
             ("updates_per_round", 0),
             ("batch_size", 1),
             ("seed", 0),
@@ -316,6 +327,7 @@ class FilteredBCConfig:
         if self.max_minutes is not None:
             check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         check_float("noise_std", self.noise_std, 0.0)
+        check_float("retry_noise_std", self.retry_noise_std, 0.0)
         check_float("lr", self.lr, 0.0, low_open=True)
         check_float("weight_decay", self.weight_decay, 0.0)
         check_float("grad_clip", self.grad_clip, 0.0)
@@ -451,13 +463,16 @@ class NoisyVLA:
 
     Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
     `reset`), so an episode depends on its seed alone, not on `n_envs` or the rows beside it. The k-th episode
-    of a seed since `new_round` (k = 0, 1, ...: the tries of a group, started in list order) gets the noise of
-    (seed, k), so the tries of one state differ; try 0's noise is the seed's alone."""
+    of a seed since `new_round` (k = first_try, first_try + 1, ...: the tries of a group, started in list order)
+    gets the noise of (seed, k), so the tries of one state differ; try 0's noise is the seed's alone. A second
+    actor on the same states (the retry pass) starts at `first_try` > 0, so its tries draw noise of their own."""
 
-    def __init__(self, policy: VLAPolicy, noise_std: float, hold: int = 1):
+    def __init__(self, policy: VLAPolicy, noise_std: float, hold: int = 1, first_try: int = 0):
         if int(hold) < 1:
             raise ValueError(f"hold must be >= 1 step, got {hold!r}")
-        self.policy, self.noise_std, self.hold = policy, float(noise_std), int(hold)
+        if int(first_try) < 0:
+            raise ValueError(f"first_try must be >= 0, got {first_try!r}")
+        self.policy, self.noise_std, self.hold, self.first_try = policy, float(noise_std), int(hold), int(first_try)
         self.seconds = 0.0  # spent choosing actions (inference and noise), for the collection's time split
         self._noise: list[np.random.Generator | None] = []
         self._held: list[np.ndarray | None] = []  # each row's current draw (standard normal)
@@ -480,7 +495,7 @@ class NoisyVLA:
         self._age[mask] = 0
         for i in np.flatnonzero(mask):
             seed = int(seeds[i])
-            k = self._tries.get(seed, 0)
+            k = self._tries.get(seed, self.first_try)
             self._tries[seed] = k + 1
             key = [NOISE_STREAM, seed] if k == 0 else [NOISE_STREAM, seed, k]
             self._noise[i] = np.random.default_rng(key)
@@ -524,6 +539,15 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
         wrappers=wrappers,
         **env_kwargs,
     )
+
+
+def _without_reopens(
+    successes: list[RolloutEpisode], reopens: list[int], max_reopens: int | None
+) -> list[RolloutEpisode]:
+    """The successes whose gripper re-opened at most `max_reopens` times (all of them when None)."""
+    if max_reopens is None:
+        return successes
+    return [e for e, n in zip(successes, reopens, strict=True) if n <= max_reopens]
 
 
 def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
@@ -967,6 +991,11 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
     envs = make_collection_envs(cfg, env_kwargs)
     actor = NoisyVLA(acting, cfg.noise_std, cfg.noise_hold)
+    retry_actor = (
+        NoisyVLA(acting, cfg.retry_noise_std, cfg.retry_noise_hold, first_try=cfg.group_size)
+        if cfg.retry_noise_std > 0
+        else None
+    )
     checkpoint, last_eval, round_s = last, None, 0.0
     try:
         while progress.round < cfg.rounds:
@@ -984,19 +1013,31 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             # collect
             policy.eval()
             seeds = round_seeds(cfg, r)
-            policy_s = actor.seconds
+            policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0)
             records, successes, episode_states = collect_round(envs, actor, seeds)
-            policy_s = actor.seconds - policy_s
             reopens = [gripper_reopens(e.actions) for e in successes]
-            if cfg.max_gripper_reopens is not None:
-                successes = [e for e, n in zip(successes, reopens, strict=True) if n <= cfg.max_gripper_reopens]
+            successes = _without_reopens(successes, reopens, cfg.max_gripper_reopens)
+            first_kept = len(successes)
+            retry_records: list[Any] = []
+            retry_kept: list[RolloutEpisode] = []
+            solved = {e.seed for e in successes}
+            unsolved = [s for s in dict.fromkeys(seeds) if s not in solved]
+            if retry_actor is not None and unsolved:  # the states with no kept success: wider, held noise
+                retry_records, retried, retry_states = collect_round(
+                    envs, retry_actor, [s for s in unsolved for _ in range(cfg.group_size)]
+                )
+                retry_kept = _without_reopens(
+                    retried, [gripper_reopens(e.actions) for e in retried], cfg.max_gripper_reopens
+                )
+                successes, episode_states = successes + retry_kept, episode_states + retry_states
+            policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0) - policy_s
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
                 write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
                 progress.success_rounds.append(r)
             if cfg.weighting == "advantage":
                 write_states(states_path(out, r), episode_states)
-            steps = sum(rec.length for rec in records)
+            steps = sum(rec.length for rec in records + retry_records)
             progress.env_steps += steps
             t1 = time.perf_counter()
             # train
@@ -1067,7 +1108,9 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             progress.round += 1
             success_rate = float(np.mean([rec.success for rec in records]))
             writer.add_scalar("rollout/success_rate", success_rate, progress.updates)
-            writer.add_scalar("rollout/ep_len_mean", steps / len(records), progress.updates)
+            writer.add_scalar(
+                "rollout/ep_len_mean", sum(rec.length for rec in records) / len(records), progress.updates
+            )
             # how the collection episodes ended (`vlagym eval`'s diagnostics), as shares of the round's episodes
             for outcome, count in outcome_counts(rec.outcome for rec in records).items():
                 writer.add_scalar(f"rollout/outcome_{outcome}", count / len(records), progress.updates)
@@ -1076,7 +1119,15 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar(
                     "rollout/success_reopen_share", float(np.mean(np.array(reopens) > 0)), progress.updates
                 )
-            writer.add_scalar("rollout/successes_filtered", len(reopens) - len(successes), progress.updates)
+            writer.add_scalar("rollout/successes_filtered", len(reopens) - first_kept, progress.updates)
+            if retry_actor is not None:  # the second pass, on the states the first left without a kept success
+                writer.add_scalar("retry/states", len(retry_records) // cfg.group_size, progress.updates)
+                writer.add_scalar("retry/states_solved", len({e.seed for e in retry_kept}), progress.updates)
+                writer.add_scalar("retry/successes_kept", len(retry_kept), progress.updates)
+                if retry_records:
+                    writer.add_scalar(
+                        "retry/success_rate", float(np.mean([rec.success for rec in retry_records])), progress.updates
+                    )
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
             if buffer is not None:  # slow successes (e.g. dropped and picked up again) are most samples of a buffer
@@ -1098,10 +1149,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             writer.add_scalar("time/env_steps_per_s", steps / (t1 - t0), progress.updates)
             writer.add_scalar("time/env_steps", progress.env_steps, progress.updates)
             logger.info(
-                "round %d: %d/%d collection episodes succeeded, %d updates, loss %.4f",
+                "round %d: %d/%d collection episodes succeeded (%d kept; %d of %d retries), %d updates, loss %.4f",
                 r,
-                len(successes),
+                sum(rec.success for rec in records),
                 len(records),
+                len(successes),
+                sum(rec.success for rec in retry_records),
+                len(retry_records),
                 len(losses),
                 float(np.mean(losses)) if losses else math.nan,
             )
