@@ -92,6 +92,9 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--demos", "/nonexistent.hdf5"], "does not exist"),
         (["--algo", "filtered-bc", "--collect-seed", "100010"], "overlap the evaluation seeds"),
         (["--collect-seed", "5"], "--collect-seed apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--retry-noise-std", "-0.1"], "retry_noise_std"),
+        (["--algo", "filtered-bc", "--retry-noise-hold", "0"], "retry_noise_hold"),
+        (["--retry-noise-std", "0.2"], "--retry-noise-std apply only to --algo filtered-bc"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

@@ -189,6 +189,25 @@ def test_each_try_of_a_seed_gets_noise_of_its_own(bc_checkpoint):
     np.testing.assert_array_equal(act([5, 6]), first)  # a new round starts again at try 0
 
 
+def test_a_retry_actor_draws_the_noise_of_later_tries(bc_checkpoint):
+    batch = _two_rows_of_one_observation()
+    policy = VLAPolicy.from_pretrained(bc_checkpoint)
+
+    def act(actor, seeds):
+        actor.reset(np.ones(2, bool), np.array(seeds))
+        return actor(batch)
+
+    first = NoisyVLA(policy, 0.5)
+    act(first, [5, 5])  # tries 0 and 1 of seed 5
+    later = act(first, [5, 6])  # try 2 of seed 5, try 0 of seed 6
+    retry = NoisyVLA(policy, 0.5, first_try=2)
+    np.testing.assert_array_equal(act(retry, [5, 6])[0], later[0])  # its first try of seed 5 is try 2
+    first.new_round()
+    assert not np.allclose(act(retry, [6, 6])[0], act(first, [6, 6])[0])  # not the noise of the first pass
+    with pytest.raises(ValueError, match="first_try"):
+        NoisyVLA(policy, 0.5, first_try=-1)
+
+
 def test_held_noise_changes_every_hold_steps(bc_checkpoint):
     batch = _two_rows_of_one_observation()
 
@@ -484,6 +503,48 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     assert kept[0] == [[0], [0]]
 
 
+def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+    calls, lengths = [], []
+
+    def collect(envs, actor, seeds):  # the expert succeeds every time; in the first pass, the second state's
+        # successes re-open the gripper, so max_gripper_reopens=0 drops them and leaves that state unsolved
+        calls.append((actor.first_try, actor.noise_std, actor.hold, list(seeds)))
+        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        lengths.extend(r.length for r in records)
+        if actor.first_try == 0:
+            for e in successes:
+                if e.seed == seeds[-1]:
+                    closed = np.flatnonzero(e.actions[:, -1] > 0)
+                    e.actions[closed[0] + 1, -1] = -1.0
+        return records, successes, states
+
+    monkeypatch.setattr(fbc, "collect_round", collect)
+    out = tmp_path / "run"
+    cfg = _config(bc_checkpoint, demo_file, out, eval_every=0, episodes_per_round=4, group_size=2,
+                  weighting="state", max_gripper_reopens=0, retry_noise_std=0.3, retry_noise_hold=5)  # fmt: skip
+    result = train_filtered_bc(cfg)
+    for r in range(2):
+        first, second = round_seeds(cfg, r)[0], round_seeds(cfg, r)[-1]
+        assert calls[2 * r] == (0, cfg.noise_std, cfg.noise_hold, [first, first, second, second])
+        assert calls[2 * r + 1] == (2, 0.3, 5, [second, second])  # the unsolved state, group_size more tries
+        with h5py.File(rollout_path(out, r), "r") as f:  # the retries' successes join the round's
+            assert [int(demo.attrs["seed"]) for demo in f["data"].values()] == [first, first, second, second]
+        np.testing.assert_allclose(read_weights(rollout_path(out, r)), [0.5] * 4)  # each state: one unit
+    assert result["env_steps"] == sum(lengths)  # both passes count
+    scalars = EventAccumulator(str(out / "tb")).Reload()
+    values = {name: [e.value for e in scalars.Scalars(name)] for name in scalars.Tags()["scalars"]}
+    assert values["retry/states"] == [1, 1] and values["retry/states_solved"] == [1, 1]
+    assert values["retry/successes_kept"] == [2, 2] and values["retry/success_rate"] == [1, 1]
+    assert values["rollout/successes_filtered"] == [2, 2] and values["rollout/success_rate"] == [1, 1]
+    # without retries, the same run collects once per round
+    calls.clear()
+    train_filtered_bc(dataclasses.replace(cfg, out=str(tmp_path / "plain"), retry_noise_std=0.0))
+    assert [c[0] for c in calls] == [0, 0]
+
+
 def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):
     import vlagym.rl.filtered_bc as fbc
     from vlagym.rl.advantage import read_states, states_path
@@ -580,6 +641,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"critic_rounds": 0}, "critic_rounds"),
         ({"critic_updates": 0}, "critic_updates"),
         ({"max_gripper_reopens": -1}, "max_gripper_reopens"),
+        ({"retry_noise_std": -0.1}, "retry_noise_std"),
+        ({"retry_noise_hold": 0}, "retry_noise_hold"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

@@ -46,7 +46,9 @@ Outputs of a run folder ``OUT``:
                                              "advantage" weighting's critic: loss, Brier score beside the
                                              constant predictor's, on its training data and, before it trains
                                              on them, on the round's new episodes (brier_new), mean V of the
-                                             round's initial states, the weights' effective and capped share)
+                                             round's initial states, the weights' effective and capped share),
+                                             retry/* (the second pass: states tried, states solved, successes
+                                             kept, success rate); rollout/* counts the first pass alone
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
