@@ -1180,9 +1180,10 @@ def _add_train_rl_parser(sub) -> None:
     )
     g.add_argument(
         "--lr-schedule",
-        choices=("constant", "cosine"),
+        choices=("constant", "cosine", "cosine-time"),
         default=None,
-        help="cosine: decay lr to 0 over rounds x updates-per-round (default: constant)",
+        help="cosine: decay lr to 0 over rounds x updates-per-round; cosine-time: over --max-minutes (default: "
+        "constant)",
     )
     g.add_argument(
         "--group-size", type=int, default=None, help="tries of each initial state per round, own noise (default: 1)"

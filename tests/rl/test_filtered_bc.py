@@ -439,6 +439,21 @@ def test_cosine_schedule_decays_to_zero_over_the_runs_updates(bc_checkpoint):
     assert {_lr_factor(constant, u) for u in (0, 50, 100)} == {1.0}
 
 
+def test_time_schedule_decays_to_zero_over_the_time_budget(bc_checkpoint, demo_file, tmp_path):
+    cfg = FilteredBCConfig(policy=str(bc_checkpoint), demos=[], max_minutes=2, lr_schedule="cosine-time")
+    factors = [
+        _lr_factor(cfg, update, seconds) for update, seconds in ((0, 0), (0, 60), (10**6, 60), (5, 120), (5, 900))
+    ]
+    assert [round(f, 6) for f in factors] == [1.0, 0.5, 0.5, 0.0, 0.0]  # the clock decides, not the step
+    with pytest.raises(ValueError, match="give max_minutes"):
+        FilteredBCConfig(policy=str(bc_checkpoint), demos=[], lr_schedule="cosine-time")
+    # a run: the rate falls round by round as the clock runs, from below the peak (the first round took time)
+    run = _config(bc_checkpoint, demo_file, tmp_path / "run", eval_every=0, max_minutes=1, lr_schedule="cosine-time")
+    assert train_filtered_bc(run)["rounds"] == 2
+    lrs = [e.value for e in EventAccumulator(str(tmp_path / "run" / "tb")).Reload().Scalars("train/lr")]
+    assert len(lrs) == 2 and 0 < lrs[1] < lrs[0] < run.lr
+
+
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, monkeypatch, gamma):
     import vlagym.rl.filtered_bc as fbc

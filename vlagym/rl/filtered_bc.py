@@ -124,7 +124,7 @@ logger = logging.getLogger(__name__)
 
 ALGO = "filtered-bc"
 DEVICES = ("auto", "cpu", "cuda")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "cosine-time")
 WEIGHTINGS = ("episode", "state", "advantage")
 WEIGHT_ATTR = "weight"  # a rollout file's demo attribute: the episode's sampling weight
 CONFIG_NAME = "rl_config.json"
@@ -214,8 +214,12 @@ class FilteredBCConfig:
     lr: float = 1e-4
     """AdamW (peak) learning rate"""
     lr_schedule: str = "constant"
-    """"constant", or "cosine": cosine decay from `lr` to 0 over the `rounds` * `updates_per_round` updates of
-    the run (set `rounds` to what fits the time budget: a run stopped early by `max_minutes` never decays)"""
+    """"constant"; "cosine": cosine decay from `lr` to 0 over the `rounds` * `updates_per_round` updates of the
+    run (a run that `max_minutes` stops early never decays all the way); "cosine-time": cosine decay from `lr`
+    to 0 over the `max_minutes` budget, by the training clock (the fraction of the budget spent when an update
+    runs), so a time-limited run ends its decay whatever number of rounds fits. The clock makes the rates
+    differ in their last digits between two runs of one seed (as `max_minutes` makes their round counts
+    differ); a resumed run continues the clock where it stopped"""
     weight_decay: float = 1e-4
     """AdamW weight decay of the weight matrices, as `vlagym train-bc`"""
     grad_clip: float = 1.0
@@ -295,6 +299,8 @@ class FilteredBCConfig:
             raise ValueError(f"weighting must be one of {list(WEIGHTINGS)}, got {self.weighting!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if self.lr_schedule == "cosine-time" and self.max_minutes is None:
+            raise ValueError("lr_schedule='cosine-time' decays over the max_minutes budget: give max_minutes")
         return extra
 
     def _check_numbers(self) -> None:
@@ -908,10 +914,13 @@ def out_of_time(cfg: FilteredBCConfig, train_s: float, round_s: float) -> bool:
     return train_s >= budget or train_s + round_s > budget
 
 
-def _lr_factor(cfg: FilteredBCConfig, update: int) -> float:
-    """Multiplier of `cfg.lr` at optimiser step `update` (a function of the step alone, so resume needs no state)."""
+def _lr_factor(cfg: FilteredBCConfig, update: int, train_s: float = 0.0) -> float:
+    """Multiplier of `cfg.lr` at optimiser step `update`, `train_s` seconds into training (a function of these
+    alone, both saved with a checkpoint, so resume needs no other state)."""
     if cfg.lr_schedule == "cosine":
         return lr_factor(update, 0, cfg.rounds * cfg.updates_per_round)
+    if cfg.lr_schedule == "cosine-time":
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, train_s / (60.0 * cfg.max_minutes))))
     return 1.0
 
 
@@ -1091,7 +1100,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             losses = []
             with _Prefetch(draw, updates, depth=2 if cfg.prefetch else 0) as batches:
                 for batch in batches:
-                    lr = cfg.lr * _lr_factor(cfg, progress.updates)
+                    lr = cfg.lr * _lr_factor(cfg, progress.updates, progress.train_s + time.perf_counter() - t0)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
                     loss, _metrics = policy(batch)
