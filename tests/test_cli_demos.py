@@ -93,7 +93,10 @@ def test_ctrl_c_leaves_a_valid_file(vectorization, tmp_path):
     argv = [sys.executable, "-m", "vlagym.cli", "demos", *FAST, "--episodes", "500", "--out", str(path)]
     argv += ["--num-envs", "2", "--vectorization", vectorization]
     # Its own process group, signalled as a whole: what Ctrl-C in a terminal does (async workers get it too).
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # SIGINT back to its default in the child: a shell ignores it in commands it starts in the background (`&`),
+    # the ignore is inherited, and Python then installs no KeyboardInterrupt handler.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     demos, deadline = 0, time.monotonic() + 60
     try:
         while demos < 2 and time.monotonic() < deadline and proc.poll() is None:
