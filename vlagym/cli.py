@@ -737,7 +737,7 @@ _FBC_OPTIONS = (
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
-    "retry_noise_std", "retry_noise_hold",
+    "retry_noise_std", "retry_noise_hold", "max_episode_steps",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -1092,7 +1092,13 @@ def _add_train_rl_parser(sub) -> None:
         default=None,
         help="multiplies each RL step's reward (default: 1/chunk for dense, the mean per-step reward; else 1)",
     )
-    p.add_argument("--max-episode-steps", type=int, default=None, help="training time limit (default: the task's)")
+    p.add_argument(
+        "--max-episode-steps",
+        type=int,
+        default=None,
+        help="training time limit in control steps; filtered-bc: of the collection episodes (default: the task's; "
+        "evaluation always uses the task's)",
+    )
     p.add_argument("--chunk-size", type=int, default=None, help="from scratch: actions per RL step (default: 1)")
     p.add_argument(
         "--n-steps",

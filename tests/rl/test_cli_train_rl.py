@@ -61,14 +61,16 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     out = tmp_path / "fbc"
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
-    argv += ["--collect-seed", "20000000", "--eval-seed", "300000"]
+    argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
     config = json.loads((out / "rl_config.json").read_text())
     assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
     assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
-    assert json.loads((out / "eval" / "step_0" / "results.json").read_text())["seed"] == 300_000
+    assert config["max_episode_steps"] == 5  # the collection's time limit; the evaluation keeps the task's
+    results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
+    assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
     ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
     assert main(["eval", "--policy", str(ckpt), "--episodes", "1", "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
 
@@ -95,6 +97,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--retry-noise-std", "-0.1"], "retry_noise_std"),
         (["--algo", "filtered-bc", "--retry-noise-hold", "0"], "retry_noise_hold"),
         (["--retry-noise-std", "0.2"], "--retry-noise-std apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--max-episode-steps", "0"], "max_episode_steps"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

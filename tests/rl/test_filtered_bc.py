@@ -134,6 +134,20 @@ def test_on_step_sees_every_vector_step():
     assert all("success" in info for info in seen)
 
 
+def test_collection_time_limit_ends_episodes_early(tmp_path_factory):
+    # the scripted expert needs ~30 steps to lift the cup: with a limit of 7 every episode is cut there, a
+    # failure, and its states end there too; without the option the same episodes succeed (see above)
+    cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[], max_episode_steps=7)
+    envs = make_collection_envs(cfg, ENV)
+    try:
+        records, successes, states = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+    finally:
+        envs.close()
+    assert [(r.seed, r.length, r.success) for r in records] == [(0, 7, False), (1, 7, False), (2, 7, False)]
+    assert successes == []
+    assert [(s.seed, len(s.state), s.success) for s in states] == [(0, 7, False), (1, 7, False), (2, 7, False)]
+
+
 def _noisy_records(checkpoint, n_envs, noise, seeds):
     policy = VLAPolicy.from_pretrained(checkpoint)
     cfg = FilteredBCConfig(policy=str(checkpoint), n_envs=n_envs, demos=[])
@@ -658,6 +672,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"max_gripper_reopens": -1}, "max_gripper_reopens"),
         ({"retry_noise_std": -0.1}, "retry_noise_std"),
         ({"retry_noise_hold": 0}, "retry_noise_hold"),
+        ({"max_episode_steps": 0}, "max_episode_steps"),
+        ({"env_kwargs": {"max_episode_steps": 50}}, "may not set"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

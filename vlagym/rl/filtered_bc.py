@@ -136,7 +136,7 @@ RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the e
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
 CRITIC_BATCH = 256
-RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras")
+RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras", "max_episode_steps")
 # what a batch item holds (DemoDataset items carry more: index, task, ...)
 _LOWDIM = (PROPRIO_KEY, "action", "action_is_pad", "instruction")
 
@@ -190,6 +190,10 @@ class FilteredBCConfig:
     """"advantage" weighting: the critic trains on every collection episode of the last this many rounds"""
     critic_updates: int = 300
     """"advantage" weighting: the critic's Adam steps per round (batch 256)"""
+    max_episode_steps: int | None = None
+    """time limit of the collection episodes, in control steps; None: the task's registered one (evaluation always
+    uses that). A collection episode that fails runs to this limit, so a shorter one makes every failure cheaper;
+    the successes slower than it are lost, and with `gamma` < 1 those weigh little anyway (gamma^T)"""
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: str = "sync"
@@ -327,7 +331,7 @@ class FilteredBCConfig:
             raise ValueError(
                 f"episodes_per_round ({self.episodes_per_round}) must be a multiple of group_size ({self.group_size})"
             )
-        for name in ("buffer_rounds", "torch_threads"):
+        for name in ("buffer_rounds", "torch_threads", "max_episode_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         if self.max_gripper_reopens is not None:
@@ -532,13 +536,16 @@ class NoisyVLA:
 
 
 def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
-    """The collection vector env: autoreset disabled (as `run_episodes` needs), a recorder in every sub-env."""
+    """The collection vector env: autoreset disabled (as `run_episodes` needs), a recorder in every sub-env, the
+    time limit `cfg.max_episode_steps` (when set)."""
     from vlagym.train.demos import _ignore_sigint
 
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
     wrappers: list[Any] = [_RolloutRecorder]
     if cfg.vectorization == "async":
         wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
+    if cfg.max_episode_steps is not None:
+        env_kwargs = {**env_kwargs, "max_episode_steps": cfg.max_episode_steps}  # gym.make's TimeLimit
     return gym.make_vec(
         cfg.task,
         num_envs=cfg.n_envs,
