@@ -193,7 +193,8 @@ class FilteredBCConfig:
     max_episode_steps: int | None = None
     """time limit of the collection episodes, in control steps; None: the task's registered one (evaluation always
     uses that). A collection episode that fails runs to this limit, so a shorter one makes every failure cheaper;
-    the successes slower than it are lost, and with `gamma` < 1 those weigh little anyway (gamma^T)"""
+    the successes slower than it are lost, and with `gamma` < 1 those weigh little anyway (gamma^T); the
+    "advantage" critic then learns success within this limit (a cut episode is a failure)"""
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: str = "sync"
