@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vlagym.cli import build_parser, main
+from vlagym.cli import build_parser, main, train_bc_config
 from vlagym.train.bc import BCConfig
 from vlagym.train.demos import DemoConfig, collect_demos
 
@@ -43,6 +43,12 @@ def test_parser_defaults_match_the_config():
     defaults = {f.name: f.default for f in dataclasses.fields(BCConfig) if f.default is not dataclasses.MISSING}
     for name in ("out", "steps", "batch_size", "lr", "eval_every", "eval_episodes", "checkpoint_every", "seed"):
         assert getattr(args, name) == defaults[name], name
+
+
+def test_no_augment_turns_the_augmentation_off(demos):
+    on = train_bc_config(build_parser().parse_args(["train-bc", "--dataset", str(demos)]))
+    off = train_bc_config(build_parser().parse_args(["train-bc", "--dataset", str(demos), "--no-augment"]))
+    assert on.augment is True and off.augment is False
 
 
 @pytest.mark.parametrize(

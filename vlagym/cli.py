@@ -694,6 +694,7 @@ def train_bc_config(args: argparse.Namespace) -> BCConfig:
             checkpoint_every=args.checkpoint_every,
             seed=args.seed,
             num_workers=args.num_workers,
+            augment=not args.no_augment,
             device=args.device,
             resume=args.resume,
             progress=not args.no_progress,
@@ -737,7 +738,7 @@ _FBC_OPTIONS = (
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
-    "retry_noise_std", "retry_noise_hold", "max_episode_steps",
+    "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -760,11 +761,13 @@ _FBC_ONLY = (
     "collect_seed",
     "retry_noise_std",
     "retry_noise_hold",
+    "augment",
 )
 
 
 def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    """The command-line flag of an option's config name."""
+    return {"augment": "--no-augment"}.get(name, "--" + name.replace("_", "-"))
 
 
 def _env_kwargs_arg(text: str) -> dict[str, Any]:
@@ -1044,6 +1047,7 @@ def _add_train_bc_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=int, default=1000, help="steps (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
+    p.add_argument("--no-augment", action="store_true", help="no random crop and colour jitter of the images")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -1178,6 +1182,14 @@ def _add_train_rl_parser(sub) -> None:
         "--buffer-rounds", type=int, default=None, help="train on the last N rounds' successes (default: all)"
     )
     g.add_argument("--ema", type=float, default=None, help="EMA decay of the weights that act (default: 0, off)")
+    g.add_argument(
+        "--no-augment",
+        dest="augment",
+        action="store_const",
+        const=False,
+        default=None,
+        help="no random crop and colour jitter of the training images (default: as train-bc, on)",
+    )
     g.add_argument(
         "--freeze-encoders",
         action="store_true",

@@ -61,7 +61,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     out = tmp_path / "fbc"
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
-    argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5"]
+    argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -69,6 +69,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
     assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
     assert config["max_episode_steps"] == 5  # the collection's time limit; the evaluation keeps the task's
+    assert config["augment"] is False
     results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
     assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
     ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
@@ -86,6 +87,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--noise-hold", "0"], "noise_hold"),
         (["--noise-hold", "10"], "--noise-hold apply only to --algo filtered-bc"),
         (["--freeze-encoders"], "--freeze-encoders apply only to --algo filtered-bc"),
+        (["--no-augment"], "--no-augment apply only to --algo filtered-bc"),
         (["--weighting", "advantage"], "--weighting apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--gamma", "0"], "gamma must be"),
         (["--algo", "filtered-bc", "--advantage-beta", "-1"], "advantage_beta"),
