@@ -738,7 +738,7 @@ _FBC_OPTIONS = (
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
-    "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment",
+    "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -762,6 +762,7 @@ _FBC_ONLY = (
     "retry_noise_std",
     "retry_noise_hold",
     "augment",
+    "collect_env_kwargs",
 )
 
 
@@ -770,13 +771,13 @@ def _option(name: str) -> str:
     return {"augment": "--no-augment"}.get(name, "--" + name.replace("_", "-"))
 
 
-def _env_kwargs_arg(text: str) -> dict[str, Any]:
+def _env_kwargs_arg(text: str, flag: str = "--env-kwargs") -> dict[str, Any]:
     try:
         env_kwargs = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {text!r}") from e
+        raise UserError(f"{flag} is not valid JSON ({e.msg} at char {e.pos}): {text!r}") from e
     if not isinstance(env_kwargs, dict):
-        raise UserError(f"--env-kwargs must be a JSON object, got {text!r}")
+        raise UserError(f"{flag} must be a JSON object, got {text!r}")
     return env_kwargs
 
 
@@ -793,6 +794,8 @@ def filtered_bc_config(args: argparse.Namespace) -> FilteredBCConfig:
     kwargs: dict[str, Any] = {name: getattr(args, name) for name in _FBC_OPTIONS if getattr(args, name) is not None}
     if "task" in kwargs:
         kwargs["task"] = check_task(kwargs["task"])
+    if "collect_env_kwargs" in kwargs:
+        kwargs["collect_env_kwargs"] = _env_kwargs_arg(kwargs["collect_env_kwargs"], "--collect-env-kwargs")
     try:
         return FilteredBCConfig(
             **kwargs, env_kwargs=_env_kwargs_arg(args.env_kwargs), resume=args.resume, progress=not args.no_progress
@@ -840,7 +843,7 @@ def run_train_rl(cfg: RLConfig | FilteredBCConfig) -> int:
     try:
         result = train_filtered_bc(cfg) if filtered else train_rl(cfg)
     except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
-        if isinstance(e, TypeError) and not cfg.env_kwargs:
+        if isinstance(e, TypeError) and not (cfg.env_kwargs or getattr(cfg, "collect_env_kwargs", None)):
             raise
         raise UserError(str(e)) from e
     out = Path(cfg.out)
@@ -1237,6 +1240,12 @@ def _add_train_rl_parser(sub) -> None:
         type=int,
         default=None,
         help="first collection seed; another value gives an independent replicate (default: 10000000)",
+    )
+    g.add_argument(
+        "--collect-env-kwargs",
+        default=None,
+        help="JSON object of env kwargs for the collection episodes only, e.g. '{\"num_cups\": 3}' (validation "
+        "and the checkpoint keep the evaluation env; default: none)",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

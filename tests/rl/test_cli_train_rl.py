@@ -62,6 +62,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
+    argv += ["--collect-env-kwargs", '{"num_cups": 3}']
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -70,6 +71,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
     assert config["max_episode_steps"] == 5  # the collection's time limit; the evaluation keeps the task's
     assert config["augment"] is False
+    assert config["collect_env_kwargs"] == {"num_cups": 3} and config["env_kwargs"] == {}
     results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
     assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
     ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
@@ -100,6 +102,11 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--retry-noise-hold", "0"], "retry_noise_hold"),
         (["--retry-noise-std", "0.2"], "--retry-noise-std apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--max-episode-steps", "0"], "max_episode_steps"),
+        (["--algo", "filtered-bc", "--collect-env-kwargs", "{num_cups: 3}"], "--collect-env-kwargs is not valid JSON"),
+        (["--algo", "filtered-bc", "--collect-env-kwargs", "[3]"], "--collect-env-kwargs must be a JSON object"),
+        (["--algo", "filtered-bc", "--collect-env-kwargs", '{"obs_mode": "state"}'], "may not set ['obs_mode']"),
+        (["--algo", "filtered-bc", "--collect-env-kwargs", '{"num_cups": 7}'], "num_cups must be"),
+        (["--collect-env-kwargs", '{"num_cups": 3}'], "--collect-env-kwargs apply only to --algo filtered-bc"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

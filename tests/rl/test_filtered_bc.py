@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
+from pathlib import Path
 
 import gymnasium as gym
 import h5py
@@ -532,6 +533,29 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     assert kept[0] == [[0], [0]]
 
 
+def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+    import vlagym.rl.filtered_bc as fbc
+    from vlagym.train.bc import demo_env
+
+    real = fbc.collect_round
+    cups = []
+
+    def collect(envs, actor, seeds):  # the expert succeeds, so the rounds write rollout files
+        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        cups.extend(sum(o.present and o.kind == "cup" for o in e.unwrapped.objects) for e in envs.envs)
+        return records, successes, states
+
+    monkeypatch.setattr(fbc, "collect_round", collect)
+    out = tmp_path / "run"
+    result = train_filtered_bc(_config(bc_checkpoint, demo_file, out, rounds=1, collect_env_kwargs={"num_cups": 3}))
+    assert cups and set(cups) == {3}  # every collection scene holds three cups
+    assert demo_env(rollout_path(out, 0))[1]["num_cups"] == 3  # the rollouts say which scenes they show
+    meta = json.loads((Path(result["checkpoint"]) / "config.json").read_text())
+    assert "num_cups" not in meta["extra"]["env_kwargs"]  # `vlagym eval` of the checkpoint: the task's own scenes
+    evaluated = json.loads((out / "eval" / f"step_{result['updates']}" / "eval_config.json").read_text())
+    assert "num_cups" not in evaluated["env_kwargs"]
+
+
 def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, demo_file, tmp_path, monkeypatch):
     import vlagym.rl.filtered_bc as fbc
 
@@ -674,6 +698,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"retry_noise_hold": 0}, "retry_noise_hold"),
         ({"max_episode_steps": 0}, "max_episode_steps"),
         ({"env_kwargs": {"max_episode_steps": 50}}, "may not set"),
+        ({"collect_env_kwargs": {"image_size": 32}}, "collect_env_kwargs: env_kwargs may not set"),
+        ({"collect_env_kwargs": [3]}, "collect_env_kwargs: env_kwargs must be a dict"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):

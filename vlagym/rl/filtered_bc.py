@@ -16,7 +16,9 @@ dimensions of each executed action (a fresh draw every step, or held for `noise_
 chunk explores paths rather than jitter); the gripper command is not perturbed. Episode i of round r is reset with seed
 ``collect_seed + r * episodes_per_round + i``, and its noise comes from a generator of its own seed, so a round's
 episodes do not depend on `n_envs` (up to the last bits of batched inference, which contact-rich episodes can
-amplify, as in `vlagym eval`). With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
+amplify, as in `vlagym eval`). ``collect_env_kwargs`` changes the collection scenes alone (e.g. always three
+cups, where a PickCup policy fails most), while validation and the saved checkpoint keep the evaluation env.
+With ``group_size`` G > 1, a round tries each of its episodes_per_round / G
 states (seeds ``collect_seed + r * episodes_per_round / G + k``) G times in a row, each try with noise of its
 own, and ``weighting="state"`` lets the successes of one state share one unit of weight, so that successes on
 the states the policy seldom solves count most. With ``retry_noise_std`` > 0, the states of a round that kept
@@ -154,6 +156,9 @@ class FilteredBCConfig:
     """registered env id; None: the checkpoint's task"""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """extra env kwargs on top of the checkpoint's (collection and evaluation alike)"""
+    collect_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """env kwargs on top of those for the collection episodes only, e.g. ``{"num_cups": 3}`` to practise on the
+    hardest scenes; the validation episodes and the saved checkpoint keep the evaluation env"""
     out: str = "runs/rl"
     """run folder: config, rollouts, TensorBoard logs, checkpoints, evaluations"""
     rounds: int = 40
@@ -296,6 +301,12 @@ class FilteredBCConfig:
         self.task = check_task_and_env_kwargs(
             self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the policy's observations fix them"
         )
+        try:
+            check_task_and_env_kwargs(
+                self.task, self.collect_env_kwargs, RESERVED_ENV_KWARGS, "the policy's observations fix them"
+            )
+        except ValueError as e:
+            raise ValueError(f"collect_env_kwargs: {e}") from e
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
@@ -1008,7 +1019,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
 
     writer = SummaryWriter(str(out / "tb"), purge_step=progress.updates if progress.updates else None)
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
-    envs = make_collection_envs(cfg, env_kwargs)
+    collect_kwargs = {**env_kwargs, **cfg.collect_env_kwargs}  # the rollout files record the scenes they show
+    envs = make_collection_envs(cfg, collect_kwargs)
     actor = NoisyVLA(acting, cfg.noise_std, cfg.noise_hold)
     retry_actor = (
         NoisyVLA(acting, cfg.retry_noise_std, cfg.retry_noise_hold, first_try=cfg.group_size)
@@ -1052,7 +1064,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0) - policy_s
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
-                write_rollouts(rollout_path(out, r), successes, cfg.task, env_kwargs, weights)
+                write_rollouts(rollout_path(out, r), successes, cfg.task, collect_kwargs, weights)
                 progress.success_rounds.append(r)
             if cfg.weighting == "advantage":
                 write_states(states_path(out, r), episode_states)
