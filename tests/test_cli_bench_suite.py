@@ -86,6 +86,7 @@ def test_suite_eval_writes_the_bundle(bundle_dir):
         (["--suite", "vlagym-pik"], "did you mean 'vlagym-pick'"),
         (["--suite", "vlagym-pick", "--tasks", PICK, "--seed", "3"], "drop --tasks, --seed"),
         (["--suite", "vlagym-pick", "--env-kwargs", '{"split": "camera"}'], "drop --env-kwargs"),
+        (["--suite", "vlagym-pick", "--n-action-steps", "2", "--temporal-ensemble"], "drop --n-action-steps, --tem"),
         (["--suite", "vlagym-pick", "--episodes", "0"], "episodes must be at least 1"),
         (["--suite", "vlagym-pick", "--policy", "MISSING"], "does not exist"),
     ],

@@ -37,6 +37,7 @@ def test_eval_expert_prints_the_table_and_folder(tmp_path, capsys):
         (["--policy", "FOLDER"], "not a checkpoint folder"),
         (["--vectorization", "async"], "sync"),
         (["--episodes", "0"], "episodes"),
+        (["--n-action-steps", "2"], "not the expert"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, extra, needle):

@@ -377,10 +377,12 @@ def suite_run_config(args: argparse.Namespace) -> SuiteRunConfig:
         "--vectorization": args.vectorization != "sync",
         "--image-size": args.image_size is not None,
         "--cameras": args.cameras is not None,
+        "--n-action-steps": args.n_action_steps is not None,
+        "--temporal-ensemble": args.temporal_ensemble,
     }
     given = [name for name, used in fixed.items() if used]
     if given:
-        raise UserError(f"--suite fixes the tasks, seeds and env settings; drop {', '.join(given)}")
+        raise UserError(f"--suite fixes the tasks, seeds, env settings and chunk execution; drop {', '.join(given)}")
     if args.sequential_min_episodes is not None and args.sequential_width is None:
         raise UserError("--sequential-min-episodes needs --sequential-width W (sequential stopping is off without it)")
     try:
@@ -432,6 +434,8 @@ def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
             vectorization=args.vectorization,
             image_size=args.image_size,
             cameras=args.cameras,
+            n_action_steps=args.n_action_steps,
+            temporal_ensemble=args.temporal_ensemble,
             progress=not args.no_progress,
         )
     except EvalError as e:
@@ -1315,6 +1319,17 @@ def _add_eval_parser(sub) -> None:
     )
     p.add_argument("--image-size", type=int, default=None, help="camera image side (default: the checkpoint's)")
     p.add_argument("--cameras", nargs="+", default=None, help="cameras (default: the checkpoint's)")
+    p.add_argument(
+        "--n-action-steps",
+        type=int,
+        default=None,
+        help="actions executed of each predicted chunk, no ensembling (default: the checkpoint's)",
+    )
+    p.add_argument(
+        "--temporal-ensemble",
+        action="store_true",
+        help="predict every step and execute the average of the overlapping chunks (default: the checkpoint's)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

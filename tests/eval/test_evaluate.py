@@ -227,3 +227,51 @@ def test_real_checkpoint_is_evaluated_with_its_own_env_settings(tmp_path):
     assert 0.0 <= s["ci95"][0] <= s["success_rate"] <= s["ci95"][1] <= 1.0
     assert runs[1]["tasks"][PICK]["episodes"] == s["episodes"]  # deterministic head, same seeds: same episodes
     assert [e["instruction"] for e in runs[2]["tasks"][PICK]["episodes"]] == [e["instruction"] for e in s["episodes"]]
+
+
+@pytest.mark.parametrize(
+    "execution, calls, recorded",
+    [
+        ({}, 2, (4, False)),  # the checkpoint's own: a chunk of 4 at steps 0 and 4
+        ({"n_action_steps": 2}, 3, (2, False)),
+        ({"temporal_ensemble": True}, 5, (1, True)),
+    ],
+)
+def test_chunk_execution_can_be_overridden(tmp_path, monkeypatch, execution, calls, recorded):
+    policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
+    config = policies.VLAConfig(
+        cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
+        chunk_size=4, trunk_layers=1,
+    )  # fmt: skip
+    folder = tmp_path / "ckpt"
+    policies.save_checkpoint(
+        policies.VLAPolicy(config), folder, extra={"env_id": PICK, "env_kwargs": {"max_episode_steps": 5}}
+    )
+    predicted = []
+    real = policies.VLAPolicy.predict_action_chunk
+    monkeypatch.setattr(
+        policies.VLAPolicy, "predict_action_chunk", lambda *a, **k: predicted.append(1) or real(*a, **k)
+    )
+    cfg = EvalConfig(policy=str(folder), episodes=1, out=str(tmp_path / "out"), progress=False, **execution)
+    results = evaluate(cfg)
+    assert results["tasks"][PICK]["episodes"][0]["length"] == 5 and len(predicted) == calls
+    n, ensemble = recorded
+    assert results["chunk_execution"] == {"chunk_size": 4, "n_action_steps": n, "temporal_ensemble": ensemble}
+
+
+def test_chunk_execution_errors(tmp_path):
+    policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
+    config = policies.VLAConfig(
+        cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
+        chunk_size=4, trunk_layers=1,
+    )  # fmt: skip
+    folder = tmp_path / "ckpt"
+    policies.save_checkpoint(policies.VLAPolicy(config), folder, extra={"env_id": PICK})
+    with pytest.raises(EvalError, match="n_action_steps=5 must be <= chunk_size=4"):
+        evaluate(EvalConfig(policy=str(folder), episodes=1, out=str(tmp_path / "o"), progress=False, n_action_steps=5))
+    with pytest.raises(EvalError, match="not both"):
+        EvalConfig(policy=str(folder), n_action_steps=2, temporal_ensemble=True)
+    with pytest.raises(EvalError, match="at least 1"):
+        EvalConfig(policy=str(folder), n_action_steps=0)
+    with pytest.raises(EvalError, match="not the expert"):
+        expert_cfg(tmp_path, n_action_steps=2)

@@ -222,6 +222,11 @@ class EvalConfig:
     """camera image side; None means the checkpoint's (the env default for the expert's videos)"""
     cameras: list[str] | None = None
     """cameras of the image observation; None means the checkpoint's"""
+    n_action_steps: int | None = None
+    """actions executed of each predicted chunk before the next prediction (1..chunk size), without temporal
+    ensembling; None means the checkpoint's"""
+    temporal_ensemble: bool = False
+    """predict every step and execute the average of the overlapping chunks' actions (ACT's temporal ensemble)"""
     progress: bool = True
     """show a progress bar"""
 
@@ -254,6 +259,19 @@ class EvalConfig:
             raise EvalError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
         if self.cameras is not None:
             self.cameras = list(self.cameras)
+        self._check_chunk_execution()
+
+    def _check_chunk_execution(self) -> None:
+        if self.n_action_steps is None and not self.temporal_ensemble:
+            return
+        if self.policy == EXPERT:
+            raise EvalError(
+                "n_action_steps and temporal_ensemble set how a checkpoint executes its chunks, not the expert"
+            )
+        if self.n_action_steps is not None and self.temporal_ensemble:
+            raise EvalError("give n_action_steps or temporal_ensemble, not both (the ensemble predicts every step)")
+        if self.n_action_steps is not None and self.n_action_steps < 1:
+            raise EvalError(f"n_action_steps must be at least 1, got {self.n_action_steps}")
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -409,9 +427,27 @@ def record_videos(
     return paths
 
 
+def chunk_execution(checkpoint: CheckpointPolicy) -> dict[str, Any] | None:
+    """How the checkpoint's actions were executed: chunk size, actions run per chunk, temporal ensembling (None for
+    a policy without a VLA config)."""
+    c = getattr(checkpoint.policy, "config", None)
+    if c is None:
+        return None
+    return {"chunk_size": c.chunk_size, "n_action_steps": c.n_action_steps, "temporal_ensemble": c.temporal_ensemble}
+
+
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate `cfg.policy` on every task; writes the outputs into `cfg.out` and returns results.json's content."""
     checkpoint = None if cfg.policy == EXPERT else CheckpointPolicy(cfg.policy)
+    if checkpoint is not None and (cfg.n_action_steps is not None or cfg.temporal_ensemble):
+        try:  # the config checks the steps against the chunk size
+            checkpoint.policy.config = dataclasses.replace(
+                checkpoint.policy.config,
+                n_action_steps=1 if cfg.temporal_ensemble else cfg.n_action_steps,
+                temporal_ensemble=cfg.temporal_ensemble,
+            )
+        except ValueError as e:
+            raise EvalError(f"cannot execute {cfg.policy}'s chunks that way: {e}") from e
     tasks = list(cfg.tasks)
     if not tasks:
         if checkpoint is None or not checkpoint.env_id:
@@ -440,6 +476,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "env_kwargs": env_kwargs,
+        "chunk_execution": None if checkpoint is None else chunk_execution(checkpoint),
         "vlagym_version": vlagym.__version__,
         "tasks": {},
     }
