@@ -743,6 +743,7 @@ _FBC_OPTIONS = (
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
+    "n_action_steps",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -767,6 +768,7 @@ _FBC_ONLY = (
     "retry_noise_hold",
     "augment",
     "collect_env_kwargs",
+    "n_action_steps",
 )
 
 
@@ -1244,6 +1246,13 @@ def _add_train_rl_parser(sub) -> None:
         type=int,
         default=None,
         help="first collection seed; another value gives an independent replicate (default: 10000000)",
+    )
+    g.add_argument(
+        "--n-action-steps",
+        type=int,
+        default=None,
+        help="actions executed of each predicted chunk, in collection, validation and the checkpoints "
+        "(default: the checkpoint's)",
     )
     g.add_argument(
         "--collect-env-kwargs",

@@ -62,7 +62,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
-    argv += ["--collect-env-kwargs", '{"num_cups": 3}']
+    argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -75,6 +75,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
     assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
     ckpt = out / "checkpoints" / "step_0"  # no demos and no success: the round trained nothing
+    assert json.loads((ckpt / "config.json").read_text())["config"]["n_action_steps"] == 2
     assert main(["eval", "--policy", str(ckpt), "--episodes", "1", "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
 
 
@@ -107,6 +108,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--collect-env-kwargs", '{"obs_mode": "state"}'], "may not set ['obs_mode']"),
         (["--algo", "filtered-bc", "--collect-env-kwargs", '{"num_cups": 7}'], "num_cups must be"),
         (["--collect-env-kwargs", '{"num_cups": 3}'], "--collect-env-kwargs apply only to --algo filtered-bc"),
+        (["--n-action-steps", "5"], "--n-action-steps apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--n-action-steps", "9"], "must be <= the checkpoint's chunk_size"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

@@ -556,6 +556,19 @@ def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, de
     assert "num_cups" not in evaluated["env_kwargs"]
 
 
+def test_n_action_steps_sets_how_the_policy_acts_and_is_saved(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+    predicted = []
+    real = VLAPolicy.predict_action_chunk
+    monkeypatch.setattr(VLAPolicy, "predict_action_chunk", lambda *a, **k: predicted.append(1) or real(*a, **k))
+    cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", rounds=1, episodes_per_round=1, n_envs=1,
+                  eval_every=0, max_episode_steps=6, n_action_steps=1)  # fmt: skip
+    result = train_filtered_bc(cfg)
+    assert len(predicted) == 6  # one chunk per step of the 6-step episode (the checkpoint's 4 would predict twice)
+    saved = json.loads((Path(result["checkpoint"]) / "config.json").read_text())["config"]
+    assert saved["n_action_steps"] == 1 and saved["temporal_ensemble"] is False
+    assert json.loads((bc_checkpoint / "config.json").read_text())["config"]["n_action_steps"] == 4
+
+
 def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, demo_file, tmp_path, monkeypatch):
     import vlagym.rl.filtered_bc as fbc
 
@@ -699,6 +712,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"max_episode_steps": 0}, "max_episode_steps"),
         ({"env_kwargs": {"max_episode_steps": 50}}, "may not set"),
         ({"collect_env_kwargs": {"image_size": 32}}, "collect_env_kwargs: env_kwargs may not set"),
+        ({"n_action_steps": 0}, "n_action_steps"),
+        ({"n_action_steps": 5}, "n_action_steps=5 must be <= the checkpoint's chunk_size=4"),
         ({"collect_env_kwargs": [3]}, "collect_env_kwargs: env_kwargs must be a dict"),
     ],
 )

@@ -200,6 +200,11 @@ class FilteredBCConfig:
     uses that). A collection episode that fails runs to this limit, so a shorter one makes every failure cheaper;
     the successes slower than it are lost, and with `gamma` < 1 those weigh little anyway (gamma^T); the
     "advantage" critic then learns success within this limit (a cut episode is a failure)"""
+    n_action_steps: int | None = None
+    """actions executed of each predicted chunk before the policy predicts again (1..chunk size, no temporal
+    ensembling), in collection, validation and the saved checkpoints; None: the checkpoint's. Fewer steps act more
+    closed-loop at more inference cost; compare with the BC checkpoint run the same way (`vlagym eval
+    --n-action-steps`)"""
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: str = "sync"
@@ -307,6 +312,9 @@ class FilteredBCConfig:
             )
         except ValueError as e:
             raise ValueError(f"collect_env_kwargs: {e}") from e
+        chunk = (meta.get("config") or {}).get("chunk_size")
+        if isinstance(self.n_action_steps, int) and chunk is not None and self.n_action_steps > chunk:
+            raise ValueError(f"n_action_steps={self.n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
@@ -343,7 +351,7 @@ class FilteredBCConfig:
             raise ValueError(
                 f"episodes_per_round ({self.episodes_per_round}) must be a multiple of group_size ({self.group_size})"
             )
-        for name in ("buffer_rounds", "torch_threads", "max_episode_steps"):
+        for name in ("buffer_rounds", "torch_threads", "max_episode_steps", "n_action_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         if self.max_gripper_reopens is not None:
@@ -960,6 +968,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     meta = read_checkpoint_config(cfg.policy)
     ckpt_extra = meta.get("extra") or {}
     policy = VLAPolicy.from_pretrained(cfg.policy).to(device)
+    if cfg.n_action_steps is not None:  # how the policy acts from here on, saved with its checkpoints
+        policy.config = dataclasses.replace(policy.config, n_action_steps=cfg.n_action_steps, temporal_ensemble=False)
     if cfg.freeze_encoders:
         policy.vision.requires_grad_(False)
         policy.text.requires_grad_(False)
