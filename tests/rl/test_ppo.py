@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.policies import VLAPolicy
-from vlagym.rl.ppo import RLConfig, build_run, train_env_kwargs, train_rl
+from vlagym.rl.ppo import RLConfig, build_run, restart_seed, train_env_kwargs, train_rl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:stable_baselines3.*")
 
@@ -225,6 +225,7 @@ BAD = [
     (lambda ck: {"policy": ck, "lr": -1.0}, "lr"),
     (lambda ck: {"from_scratch": True, "task": TASK, "bc_coef": 0.5}, "post-training"),
     (lambda ck: {"policy": ck, "vectorization": "threads"}, "vectorization"),
+    (lambda ck: {"policy": ck, "seed": 99_998, "n_envs": 4}, "overlap the evaluation seeds 100000..100019"),
 ]
 
 
@@ -232,6 +233,14 @@ BAD = [
 def test_bad_config(bc_checkpoint, make, match):
     with pytest.raises(ValueError, match=match):
         RLConfig(**make(str(bc_checkpoint)))
+
+
+def test_restart_seeds_step_past_the_evaluation_seeds(bc_checkpoint):
+    cfg = RLConfig(policy=str(bc_checkpoint), n_envs=4, eval_seed=100_000, eval_episodes=10)
+    assert restart_seed(cfg, 12) == 7919 * 13  # no clash: seed + 7919 * (t + 1)
+    for eval_seed in (7919 * 13 + 2, 7919 * 13 - 2):  # sub-envs 102947..102950 would meet an evaluation seed
+        clash = RLConfig(policy=str(bc_checkpoint), n_envs=4, eval_seed=eval_seed, eval_episodes=3)
+        assert restart_seed(clash, 12) == 7919 * 14
 
 
 def test_config_round_trip(bc_checkpoint):

@@ -99,6 +99,15 @@ POST_TRAINING_DEFAULTS = {"bc_coef": 0.1, "critic_warmup_steps": 4096}
 SCRATCH_NEUTRAL = {"bc_coef": 0.0, "critic_warmup_steps": 0, "actor_layers": "all"}
 
 
+def restart_seed(cfg: RLConfig, num_timesteps: int) -> int:
+    """First seed of the sub-envs' episodes after a resume at `num_timesteps` (sub-env i takes it + i): new
+    initial states, never the run's first ones nor the evaluation's (stepped past the evaluation seeds)."""
+    seed = cfg.seed + 7919 * (num_timesteps + 1)
+    while seed < cfg.eval_seed + cfg.eval_episodes and cfg.eval_seed < seed + cfg.n_envs:
+        seed += 7919
+    return seed
+
+
 def train_env_kwargs(reward: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """`env_kwargs` for training with `reward`: the reward mode, and for dense rewards episodes that run on past
     success (see the module docstring) unless `env_kwargs` says otherwise."""
@@ -248,6 +257,13 @@ class RLConfig:
         self._check_env()
         self._check_numbers()
         self._resolve_defaults()
+        train = (self.seed, self.seed + self.n_envs)
+        evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
+        if train[0] < evals[1] and evals[0] < train[1]:
+            raise ValueError(
+                f"the training envs' first seeds {train[0]}..{train[1] - 1} overlap the evaluation seeds "
+                f"{evals[0]}..{evals[1] - 1}: move seed or eval_seed"
+            )
 
     def _check_kind(self) -> None:
         if self.algo not in ALGOS:
@@ -666,7 +682,7 @@ def _resume(run: _Run, folder: Path) -> _Progress:
     if isinstance(model, SAC):
         logger.warning("SAC resumes with an empty replay buffer (it is not saved): expect a dip after %s", folder)
     # The sub-envs restart their episodes: new seeds, so they do not replay the run's first episodes.
-    model.env.seed(run.cfg.seed + 7919 * (model.num_timesteps + 1))
+    model.env.seed(restart_seed(run.cfg, model.num_timesteps))
     curve = _read_curve(run.out)
     curve = [c for c in curve if c["timesteps"] <= model.num_timesteps]
     logger.info("resumed from %s at timestep %d", folder, model.num_timesteps)
