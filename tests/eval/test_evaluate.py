@@ -207,16 +207,20 @@ def test_missing_policies_package_is_a_clear_error(zero_checkpoint, monkeypatch)
 
 
 # ---------------------------------------------------------------------------- a real VLAPolicy checkpoint
-def test_real_checkpoint_is_evaluated_with_its_own_env_settings(tmp_path):
+def tiny_checkpoint(tmp_path, **env_kwargs):
+    """A tiny untrained VLA checkpoint (one camera, 32 px, chunks of 4) for PickCup, with `env_kwargs`."""
     policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
     config = policies.VLAConfig(
         cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
         chunk_size=4, trunk_layers=1,
     )  # fmt: skip
     folder = tmp_path / "ckpt"
-    policies.save_checkpoint(
-        policies.VLAPolicy(config), folder, extra={"env_id": PICK, "env_kwargs": {"max_episode_steps": 5}}
-    )
+    policies.save_checkpoint(policies.VLAPolicy(config), folder, extra={"env_id": PICK, "env_kwargs": env_kwargs})
+    return folder
+
+
+def test_real_checkpoint_is_evaluated_with_its_own_env_settings(tmp_path):
+    folder = tiny_checkpoint(tmp_path, max_episode_steps=5)
     runs = []
     for name, num_envs in (("a", 1), ("b", 1), ("c", 2)):
         cfg = EvalConfig(policy=str(folder), episodes=3, num_envs=num_envs, out=str(tmp_path / name), progress=False)
@@ -238,15 +242,8 @@ def test_real_checkpoint_is_evaluated_with_its_own_env_settings(tmp_path):
     ],
 )
 def test_chunk_execution_can_be_overridden(tmp_path, monkeypatch, execution, calls, recorded):
-    policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
-    config = policies.VLAConfig(
-        cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
-        chunk_size=4, trunk_layers=1,
-    )  # fmt: skip
-    folder = tmp_path / "ckpt"
-    policies.save_checkpoint(
-        policies.VLAPolicy(config), folder, extra={"env_id": PICK, "env_kwargs": {"max_episode_steps": 5}}
-    )
+    folder = tiny_checkpoint(tmp_path, max_episode_steps=5)
+    policies = pytest.importorskip("vlagym.policies")
     predicted = []
     real = policies.VLAPolicy.predict_action_chunk
     monkeypatch.setattr(
@@ -260,13 +257,7 @@ def test_chunk_execution_can_be_overridden(tmp_path, monkeypatch, execution, cal
 
 
 def test_chunk_execution_errors(tmp_path):
-    policies = pytest.importorskip("vlagym.policies", reason="vlagym.policies (the VLA) is not available")
-    config = policies.VLAConfig(
-        cameras=("front",), image_size=32, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
-        chunk_size=4, trunk_layers=1,
-    )  # fmt: skip
-    folder = tmp_path / "ckpt"
-    policies.save_checkpoint(policies.VLAPolicy(config), folder, extra={"env_id": PICK})
+    folder = tiny_checkpoint(tmp_path)
     with pytest.raises(EvalError, match="n_action_steps=5 must be <= chunk_size=4"):
         evaluate(EvalConfig(policy=str(folder), episodes=1, out=str(tmp_path / "o"), progress=False, n_action_steps=5))
     with pytest.raises(EvalError, match="not both"):

@@ -164,6 +164,27 @@ class CheckpointPolicy:
         self.samples = getattr(getattr(self.policy, "config", None), "head", None) == "flow"
         self._generators: list[Any] = []
 
+    def execute_chunks(self, n_action_steps: int | None = None, temporal_ensemble: bool = False) -> None:
+        """Act with `n_action_steps` actions of each predicted chunk (no ensembling), or with the temporal ensemble,
+        instead of the checkpoint's own setting; ValueError (from the policy config) when the chunk cannot."""
+        self.policy.config = dataclasses.replace(
+            self.policy.config,
+            n_action_steps=1 if temporal_ensemble else n_action_steps,
+            temporal_ensemble=temporal_ensemble,
+        )
+
+    def chunk_execution(self) -> dict[str, Any] | None:
+        """How the actions are executed: chunk size, actions run per chunk, temporal ensembling (None for a policy
+        without a VLA config)."""
+        c = getattr(self.policy, "config", None)
+        if c is None:
+            return None
+        return {
+            "chunk_size": c.chunk_size,
+            "n_action_steps": c.n_action_steps,
+            "temporal_ensemble": c.temporal_ensemble,
+        }
+
     def reset(self, mask: np.ndarray, seeds: np.ndarray | Sequence[int] | None = None) -> None:
         """Restart the rows in `mask`; a flow head's row i then draws its noise from
         `episode_noise_generator(seeds[i])` (from torch's global generator when `seeds` is None)."""
@@ -427,25 +448,12 @@ def record_videos(
     return paths
 
 
-def chunk_execution(checkpoint: CheckpointPolicy) -> dict[str, Any] | None:
-    """How the checkpoint's actions were executed: chunk size, actions run per chunk, temporal ensembling (None for
-    a policy without a VLA config)."""
-    c = getattr(checkpoint.policy, "config", None)
-    if c is None:
-        return None
-    return {"chunk_size": c.chunk_size, "n_action_steps": c.n_action_steps, "temporal_ensemble": c.temporal_ensemble}
-
-
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate `cfg.policy` on every task; writes the outputs into `cfg.out` and returns results.json's content."""
     checkpoint = None if cfg.policy == EXPERT else CheckpointPolicy(cfg.policy)
     if checkpoint is not None and (cfg.n_action_steps is not None or cfg.temporal_ensemble):
         try:  # the config checks the steps against the chunk size
-            checkpoint.policy.config = dataclasses.replace(
-                checkpoint.policy.config,
-                n_action_steps=1 if cfg.temporal_ensemble else cfg.n_action_steps,
-                temporal_ensemble=cfg.temporal_ensemble,
-            )
+            checkpoint.execute_chunks(cfg.n_action_steps, cfg.temporal_ensemble)
         except ValueError as e:
             raise EvalError(f"cannot execute {cfg.policy}'s chunks that way: {e}") from e
     tasks = list(cfg.tasks)
@@ -476,7 +484,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "episodes": cfg.episodes,
         "env_kwargs": env_kwargs,
-        "chunk_execution": None if checkpoint is None else chunk_execution(checkpoint),
+        "chunk_execution": None if checkpoint is None else checkpoint.chunk_execution(),
         "vlagym_version": vlagym.__version__,
         "tasks": {},
     }

@@ -308,13 +308,7 @@ def chunk_settings(checkpoint: CheckpointPolicy | None, protocol: SuiteProtocol)
     """How actions were executed: the policy's chunk size, actions run per chunk, temporal ensembling."""
     if checkpoint is None:
         return {"policy": "scripted expert: one action per step", "protocol_n_action_steps": protocol.n_action_steps}
-    c = checkpoint.policy.config
-    return {
-        "chunk_size": c.chunk_size,
-        "n_action_steps": c.n_action_steps,
-        "temporal_ensemble": c.temporal_ensemble,
-        "protocol_n_action_steps": protocol.n_action_steps,
-    }
+    return {**(checkpoint.chunk_execution() or {}), "protocol_n_action_steps": protocol.n_action_steps}
 
 
 def cell_env_kwargs(checkpoint: CheckpointPolicy | None, split: str) -> dict[str, Any]:
