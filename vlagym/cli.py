@@ -743,7 +743,7 @@ _FBC_OPTIONS = (
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
-    "n_action_steps",
+    "n_action_steps", "hindsight",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -769,6 +769,7 @@ _FBC_ONLY = (
     "augment",
     "collect_env_kwargs",
     "n_action_steps",
+    "hindsight",
 )
 
 
@@ -1204,6 +1205,13 @@ def _add_train_rl_parser(sub) -> None:
         action="store_true",
         default=None,
         help="train trunk and head only; vision and instruction encoders keep their BC weights",
+    )
+    g.add_argument(
+        "--hindsight",
+        action="store_true",
+        default=None,
+        help="replay each failed episode with the target moved to where the gripper closed; keep the replays "
+        "that succeed (PickCup, PickObject)",
     )
     g.add_argument(
         "--lr-schedule",

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from rl_helpers import TASK
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vlagym.cli import EXIT_OK, EXIT_USAGE, main
 
@@ -62,7 +63,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
-    argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2"]
+    argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2", "--hindsight"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -70,7 +71,12 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
     assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
     assert config["max_episode_steps"] == 5  # the collection's time limit; the evaluation keeps the task's
-    assert config["augment"] is False
+    assert config["augment"] is False and config["hindsight"] is True
+    tb = EventAccumulator(str(out / "tb"))
+    tb.Reload()
+    replays = [tb.Scalars(f"hindsight/{name}")[0].value for name in ("replays", "skipped_no_close", "skipped_at_target",
+                                                                        "skipped_layout")]  # fmt: skip
+    assert sum(replays) == 1  # the one failed episode: replayed or skipped, and why
     assert config["collect_env_kwargs"] == {"num_cups": 3} and config["env_kwargs"] == {}
     results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
     assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
@@ -109,6 +115,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--collect-env-kwargs", '{"num_cups": 7}'], "num_cups must be"),
         (["--collect-env-kwargs", '{"num_cups": 3}'], "--collect-env-kwargs apply only to --algo filtered-bc"),
         (["--n-action-steps", "5"], "--n-action-steps apply only to --algo filtered-bc"),
+        (["--hindsight"], "--hindsight apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--hindsight", "--task", "VLA-PushCube-v0"], "which VLA-PushCube-v0 cannot"),
         (["--algo", "filtered-bc", "--n-action-steps", "9"], "must be <= the checkpoint's chunk_size"),
     ],
 )

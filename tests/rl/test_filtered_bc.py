@@ -71,7 +71,8 @@ def demo_file(tmp_path_factory):
 
 
 def _expert_round(tmp_path_factory, seeds):
-    """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes, states)."""
+    """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes, states,
+    hindsight replays)."""
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
@@ -83,7 +84,8 @@ def _expert_round(tmp_path_factory, seeds):
 @pytest.fixture(scope="module")
 def expert_rollouts(tmp_path_factory):
     """Three successful expert episodes, recorded by the collection envs (2 sub-envs) and written as a file."""
-    records, episodes, _ = _expert_round(tmp_path_factory, [0, 1, 2])
+    records, episodes, _, replays = _expert_round(tmp_path_factory, [0, 1, 2])
+    assert replays == []  # no failure, and the recorders replay nothing without `hindsight`
     path = tmp_path_factory.mktemp("rollouts") / "round_0000.hdf5"
     write_rollouts(path, episodes, TASK, ENV)
     return records, episodes, path
@@ -141,7 +143,7 @@ def test_collection_time_limit_ends_episodes_early(tmp_path_factory):
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[], max_episode_steps=7)
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, successes, states = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+        records, successes, states, _ = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
     finally:
         envs.close()
     assert [(r.seed, r.length, r.success) for r in records] == [(0, 7, False), (1, 7, False), (2, 7, False)]
@@ -154,7 +156,7 @@ def _noisy_records(checkpoint, n_envs, noise, seeds):
     cfg = FilteredBCConfig(policy=str(checkpoint), n_envs=n_envs, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, _, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
+        records, _, _, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
     finally:
         envs.close()
     return [(r.seed, r.length, r.episode_return) for r in records]
@@ -261,7 +263,7 @@ def test_round_seeds_repeat_each_state_group_size_times(bc_checkpoint):
 
 
 def test_repeated_seeds_keep_every_successful_try(tmp_path_factory):
-    records, episodes, states = _expert_round(tmp_path_factory, [3, 3, 4])
+    records, episodes, states, _ = _expert_round(tmp_path_factory, [3, 3, 4])
     assert [r.seed for r in records] == [3, 3, 4] and all(r.success for r in records)
     assert [e.seed for e in episodes] == [3, 3, 4]
     # every episode's privileged states too, as the recorded successes hold them
@@ -511,10 +513,10 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     real = fbc.collect_round
 
     def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round re-opens
-        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
         closed = np.flatnonzero(successes[0].actions[:, -1] > 0)
         successes[0].actions[closed[0] + 1, -1] = -1.0
-        return records, successes, states
+        return records, successes, states, replays
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     kept = {}
@@ -541,9 +543,9 @@ def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, de
     cups = []
 
     def collect(envs, actor, seeds):  # the expert succeeds, so the rounds write rollout files
-        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
         cups.extend(sum(o.present and o.kind == "cup" for o in e.unwrapped.objects) for e in envs.envs)
-        return records, successes, states
+        return records, successes, states, replays
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     out = tmp_path / "run"
@@ -578,14 +580,14 @@ def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, 
     def collect(envs, actor, seeds):  # the expert succeeds every time; in the first pass, the second state's
         # successes re-open the gripper, so max_gripper_reopens=0 drops them and leaves that state unsolved
         calls.append((actor.first_try, actor.noise_std, actor.hold, list(seeds)))
-        records, successes, states = real(envs, _ExpertActor(envs), seeds)
+        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
         lengths.extend(r.length for r in records)
         if actor.first_try == 0:
             for e in successes:
                 if e.seed == seeds[-1]:
                     closed = np.flatnonzero(e.actions[:, -1] > 0)
                     e.actions[closed[0] + 1, -1] = -1.0
-        return records, successes, states
+        return records, successes, states, replays
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     out = tmp_path / "run"
@@ -725,3 +727,118 @@ def test_config_errors(bc_checkpoint, overrides, match):
 def test_task_defaults_to_the_checkpoints_and_takes_the_vlagym_prefix(bc_checkpoint):
     assert FilteredBCConfig(policy=str(bc_checkpoint), demos=[]).task == TASK
     assert FilteredBCConfig(policy=str(bc_checkpoint), demos=[], task=f"vlagym:{TASK}").task == TASK
+
+
+# ---------------------------------------------------------------------------- hindsight replays
+class _OpenLoopActor:
+    """Plays one fixed action sequence from every episode start (one sub-env), then holds still, the gripper as
+    the last action left it."""
+
+    def __init__(self, actions: np.ndarray):
+        self.actions, self.t = np.asarray(actions, np.float32), 0
+
+    def new_round(self):
+        pass
+
+    def reset(self, mask, seeds=None):
+        self.t = 0
+
+    def __call__(self, obs):
+        action = self.actions[self.t] if self.t < len(self.actions) else np.r_[np.zeros(6), self.actions[-1, -1]]
+        self.t += 1
+        return np.asarray(action, np.float32)[None]
+
+
+def _expert_actions(seed: int, target_xy, env_kwargs) -> np.ndarray:
+    """The scripted expert's actions until success on seed `seed` with the target moved to `target_xy`."""
+    env = gym.make(TASK, **env_kwargs)
+    try:
+        env.reset(seed=seed, options={"target_xy": target_xy})
+        expert = env.unwrapped.expert_cls(env.unwrapped)
+        expert.reset()
+        actions = []
+        for _ in range(200):
+            actions.append(expert.act())
+            *_, terminated, truncated, info = env.step(actions[-1])
+            if terminated or truncated:
+                break
+        assert info["success"]
+        return np.array(actions, np.float32)
+    finally:
+        env.close()
+
+
+def _hindsight_round(tmp_path_factory, actions, hindsight=True, seed=0):
+    kwargs = {**ENV, "num_cups": 1}
+    cfg = FilteredBCConfig(
+        policy=_tiny_checkpoint(tmp_path_factory), n_envs=1, demos=[], hindsight=hindsight,
+        max_episode_steps=len(actions) + 4,
+    )  # fmt: skip
+    envs = make_collection_envs(cfg, kwargs)
+    try:
+        return collect_round(envs, _OpenLoopActor(actions), [seed])
+    finally:
+        envs.close()
+
+
+def test_hindsight_replays_a_miss_with_the_target_where_the_gripper_closed(tmp_path_factory):
+    # The miss: the expert's actions for the scene with the cup at `aim`, played where the cup stands elsewhere.
+    kwargs = {**ENV, "num_cups": 1}
+    env = gym.make(TASK, **kwargs)
+    try:
+        env.reset(seed=0)
+        cup = env.unwrapped.target.pos(env.unwrapped.data)[:2]
+    finally:
+        env.close()
+    aim = (-0.06, -0.12 if cup[1] > 0 else 0.12)
+    assert np.hypot(*(cup - aim)) > 0.15  # the arm never comes near the real cup
+    actions = _expert_actions(0, aim, kwargs)
+    records, successes, _, replays = _hindsight_round(tmp_path_factory, actions)
+    assert [r.success for r in records] == [False] and successes == []
+    [replay] = replays
+    assert replay.seed == 0 and replay.skipped == "" and replay.episode is not None
+    episode = replay.episode
+    np.testing.assert_allclose(episode.target_xy, aim, atol=0.01)  # where the gripper closed: at the aimed cup
+    assert replay.steps == len(episode.actions) <= len(actions)
+    np.testing.assert_array_equal(episode.actions, actions[: len(episode.actions)])
+    # the recorded replay is a demo of its scene: seed + target_xy remake it, its actions succeed there again
+    env = gym.make(TASK, **kwargs)
+    try:
+        obs, _ = env.reset(seed=0, options={"target_xy": episode.target_xy})
+        np.testing.assert_array_equal(obs["images"]["front"], episode.images["front"][0])
+        for action in episode.actions:
+            *_, info = env.step(action)
+        assert info["success"]
+    finally:
+        env.close()
+    # its weight: a unit of its own beside the seed's own successes ("state" weighting)
+    real = dataclasses.replace(episode, target_xy=None)
+    assert success_weights([real, real, episode], "state") == [0.5, 0.5, 1.0]
+    # the rollout file keeps where the target stood
+    path = tmp_path_factory.mktemp("hindsight") / "round_0000.hdf5"
+    write_rollouts(path, [real, episode], TASK, kwargs)
+    assert check_dataset(path) == []
+    with h5py.File(path, "r") as f:
+        assert "hindsight_target_xy" not in f["data/demo_0"].attrs
+        np.testing.assert_allclose(f["data/demo_1"].attrs["hindsight_target_xy"], episode.target_xy)
+    # without the option no replay runs
+    assert _hindsight_round(tmp_path_factory, actions, hindsight=False)[3] == []
+
+
+def test_hindsight_skips_what_a_replay_cannot_fix(tmp_path_factory):
+    # a gripper that never closes
+    still = np.zeros((6, 7), np.float32)
+    still[:, -1] = -1.0
+    records, _, _, [replay] = _hindsight_round(tmp_path_factory, still)
+    assert not records[0].success and (replay.skipped, replay.episode, replay.steps) == ("no_close", None, 0)
+    # a gripper that closed at the target (the episode ended before the lift): the same scene, nothing to move
+    env = gym.make(TASK, **ENV, num_cups=1)
+    try:
+        env.reset(seed=0)
+        cup = tuple(env.unwrapped.target.pos(env.unwrapped.data)[:2])
+    finally:
+        env.close()
+    actions = _expert_actions(0, cup, {**ENV, "num_cups": 1})
+    closed = int(np.flatnonzero(actions[:, -1] >= 0)[0])
+    _, _, _, [replay] = _hindsight_round(tmp_path_factory, actions[: closed + 2])
+    assert (replay.skipped, replay.episode) == ("at_target", None)

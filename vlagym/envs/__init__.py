@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from gymnasium.envs.registration import register, registry
 
 from vlagym.envs.base import VLAEnv
@@ -33,4 +35,11 @@ def register_envs() -> None:
             register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)
 
 
-__all__ = ["TASKS", "VLAEnv", "register_envs"]
+def can_move_target(env_id: str) -> bool:
+    """Whether the task's envs take ``reset(options={"target_xy": ...})`` (what hindsight replays need)."""
+    module, _, name = TASKS[env_id][0].partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return issubclass(cls, VLAEnv) and cls._move_target is not VLAEnv._move_target
+
+
+__all__ = ["TASKS", "VLAEnv", "can_move_target", "register_envs"]

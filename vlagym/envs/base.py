@@ -153,6 +153,11 @@ class VLAEnv(gym.Env):
         None where the task does not support swapping the target."""
         return None
 
+    def _move_target(self, xy: tuple[float, float]) -> None:
+        """Move the target to `xy` on the table (`reset(options={"target_xy": ...})`); ValueError where the task
+        cannot or the layout is not one the task could draw."""
+        raise ValueError(f"{type(self).__name__} does not support options={{'target_xy': ...}}")
+
     def num_distractors(self) -> int:
         """Movable objects in the scene besides the target (what the `distractors` split raises)."""
         target = getattr(self, "target", None)
@@ -304,11 +309,15 @@ class VLAEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode; `seed` fixes it entirely.
 
-        `options` (both for language controls, neither draws from the generator, so the layout stays the seed's):
+        `options` (none draws from the generator, so the rest of the episode stays the seed's):
             "swap_target": True makes the first of `swap_candidates()` the target, so the instruction names
                 it and success counts for it; `ValueError` where the task or the scene has no such object.
             "instruction": a string shown instead of the drawn instruction ("" for an empty one); the target
                 and success are unchanged.
+            "target_xy": (x, y) in metres moves the target there on the table, keeping its heading and colour
+                (hindsight relabelling: the scene in which a trajectory would have reached the target);
+                `ValueError` where the task cannot move its target, or where the task could not have drawn
+                that layout (outside the workspace, or too close to another object).
         """
         super().reset(seed=seed)
         options = options or {}
@@ -319,6 +328,8 @@ class VLAEnv(gym.Env):
         self._initialize_episode(rng)
         if options.get("swap_target"):
             self._swap_target()
+        if "target_xy" in options:
+            self._move_target(_check_xy(options["target_xy"]))
         templates = self.templates[self.instruction_split]
         template = templates[rng.integers(len(templates))]
         self.instruction = template.format(**self.instruction_fields())
@@ -537,6 +548,17 @@ def _check_cameras(cameras: str | tuple[str, ...] | list[str]) -> tuple[str, ...
     if len(set(cameras)) != len(cameras):
         raise ValueError(f"cameras has duplicates: {list(cameras)}")
     return cameras
+
+
+def _check_xy(value: Any) -> tuple[float, float]:
+    """`options["target_xy"]` as two finite floats."""
+    try:
+        xy = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        xy = None
+    if xy is None or xy.shape != (2,) or not np.all(np.isfinite(xy)):
+        raise ValueError(f"options['target_xy'] must be two finite numbers (x, y) in metres, got {value!r}")
+    return float(xy[0]), float(xy[1])
 
 
 def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:

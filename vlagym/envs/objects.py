@@ -187,6 +187,32 @@ class FreeObject:
         return f"{self.color} {self.kind}"
 
 
+def move_object(
+    model,
+    data,
+    obj: FreeObject,
+    others: list[FreeObject],
+    xy: tuple[float, float],
+    region: tuple[tuple[float, float], tuple[float, float]],
+    min_spacing: float,
+) -> None:
+    """Put `obj` at `xy` on the table, keeping its heading and colour, where `sample_layout` could have put it:
+    inside `region` and at least `min_spacing` from each of `others` (ValueError otherwise, naming the rule)."""
+    (x0, x1), (y0, y1) = region
+    x, y = xy
+    if not (x0 <= x <= x1 and y0 <= y <= y1):
+        raise ValueError(f"target_xy ({x:.3f}, {y:.3f}) is outside the workspace x in [{x0}, {x1}], y in [{y0}, {y1}]")
+    for other in others:
+        gap = float(np.hypot(*(other.pos(data)[:2] - (x, y))))
+        if gap < min_spacing:
+            raise ValueError(
+                f"target_xy ({x:.3f}, {y:.3f}) is {gap:.3f} m from the {other.describe()}; objects stand at least "
+                f"{min_spacing} m apart"
+            )
+    qw, _, _, qz = obj.quat(data)
+    obj.place(model, data, x, y, 2.0 * float(np.arctan2(qz, qw)), obj.color)
+
+
 def sample_colors(rng: np.random.Generator, kinds: list[str], unseen_target: bool, target: int = 0) -> list[str]:
     """Colours for objects of `kinds`, distinct per (colour, kind) pair, all colours distinct.
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import PickExpert
-from vlagym.envs.objects import OBJECT_XML, FreeObject, sample_colors, sample_layout
+from vlagym.envs.objects import OBJECT_XML, FreeObject, move_object, sample_colors, sample_layout
 
 LIFT_HEIGHT = 0.05  # success: cup bottom this far above the table, while held
 WORKSPACE = ((-0.12, 0.08), (-0.2, 0.2))  # x and y ranges of object centres
@@ -119,6 +119,11 @@ class PickCupEnv(VLAEnv):
     def swap_candidates(self) -> list[FreeObject]:
         """The other cups on the table (instructions name a cup by colour): what `swap_target` may pick."""
         return [o for o in self.objects if o.present and o.kind == "cup" and o is not self.target]
+
+    def _move_target(self, xy: tuple[float, float]) -> None:
+        spacing = DISTRACTOR_SPACING if self.split == "distractors" else MIN_SPACING
+        others = [o for o in self.objects if o.present and o is not self.target]
+        move_object(self.model, self.data, self.target, others, xy, WORKSPACE, spacing)
 
     # ------------------------------------------------------------------ observations
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:

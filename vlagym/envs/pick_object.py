@@ -8,7 +8,7 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import PickExpert
-from vlagym.envs.objects import OBJECT_XML, FreeObject, sample_colors, sample_layout
+from vlagym.envs.objects import OBJECT_XML, FreeObject, move_object, sample_colors, sample_layout
 from vlagym.envs.pick_cup import lift_predicates, lift_terms
 
 GRASP_HEIGHT = 0.045  # objects are grasped half-way up, but no higher than this above their bottom ...
@@ -125,6 +125,11 @@ class PickObjectEnv(VLAEnv):
     def swap_candidates(self) -> list[FreeObject]:
         """Every other object on the table (colours are distinct): what `swap_target` may pick."""
         return [o for o in self.objects if o.present and o is not self.target]
+
+    def _move_target(self, xy: tuple[float, float]) -> None:
+        spacing = DISTRACTOR_SPACING if self.split == "distractors" else MIN_SPACING
+        others = [o for o in self.objects if o.present and o is not self.target]
+        move_object(self.model, self.data, self.target, others, xy, WORKSPACE, spacing)
 
     # ------------------------------------------------------------------ observations
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:

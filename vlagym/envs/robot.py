@@ -14,6 +14,7 @@ import numpy as np
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("finger_left", "finger_right")
 EE_SITE = "grasp_site"
+PROPRIO_EE_POS = slice(14, 17)  # the grasp site's position within `Robot.proprio()`
 
 # Joint configuration with the gripper 25 cm above the table, pointing down,
 # fingers closing along world y. Solved once with `Robot.solve_ik`.
@@ -140,7 +141,7 @@ class Robot:
             out = np.empty(self.PROPRIO_DIM)
         out[0:7] = d.qpos[self.arm_qpos_adr]
         out[7:14] = d.qvel[self.arm_dof_adr]
-        out[14:17] = d.site_xpos[self.ee_site]
+        out[PROPRIO_EE_POS] = d.site_xpos[self.ee_site]
         mujoco.mju_mat2Quat(self._quat, d.site_xmat[self.ee_site])
         out[17:21] = self._quat
         out[21:23] = d.qpos[self.finger_qpos_adr]

@@ -24,7 +24,12 @@ own, and ``weighting="state"`` lets the successes of one state share one unit of
 the states the policy seldom solves count most. With ``retry_noise_std`` > 0, the states of a round that kept
 no success get G more tries with larger, held noise (`retry_noise_hold` steps per draw): the policy's own
 behaviour with a little jitter either solves a state on most tries or on none, so the states it cannot solve
-otherwise give no data at all. ``weighting="advantage"`` weighs each step of a success by
+otherwise give no data at all. With ``hindsight``, each failed episode whose gripper closed away from the target
+is replayed at once with the target moved to where the gripper first closed (``reset(options={"target_xy":
+...})``, only where the task could have drawn that layout) and the episode's own actions; the replays that
+succeed join the round's successes: a miss becomes a demonstration of reaching the target where it stands
+(hindsight relabelling, Andrychowicz et al. 2017, done by editing the scene and re-rendering, since the goal is
+in the pixels). ``weighting="advantage"`` weighs each step of a success by
 exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
 (failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
@@ -50,7 +55,9 @@ Outputs of a run folder ``OUT``:
                                              on them, on the round's new episodes (brier_new), mean V of the
                                              round's initial states, the weights' effective and capped share),
                                              retry/* (the second pass: states tried, states solved, successes
-                                             kept, success rate); rollout/* counts the first pass alone
+                                             kept, success rate); rollout/* counts the first pass alone;
+                                             hindsight/* (replays run, their success rate, successes kept, and
+                                             the failures not replayed: no_close, at_target, layout)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
@@ -86,7 +93,9 @@ from gymnasium.vector import AutoresetMode
 from torch.utils.data import default_collate
 
 from vlagym.checks import check_float, check_int
+from vlagym.envs import TASKS, can_move_target
 from vlagym.envs.multitask import MultiTaskEnv
+from vlagym.envs.robot import PROPRIO_EE_POS
 from vlagym.eval.diagnostics import outcome_counts
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
@@ -135,6 +144,9 @@ LAST_NAME = "last.json"
 CURVE_NAME = "curve.json"
 ROLLOUTS = "rollouts"
 RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
+HINDSIGHT_KEY = "rollout_hindsight"  # ... and, with hindsight, at the end of a failed one (a `HindsightReplay`)
+HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where a hindsight replay put the target
+HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed nearer the target than this replays the same episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
 CRITIC_BATCH = 256
@@ -222,6 +234,13 @@ class FilteredBCConfig:
     successes join the round's); 0: no second pass"""
     retry_noise_hold: int = 10
     """steps each noise draw of the second pass is held (see `retry_noise_std`)"""
+    hindsight: bool = False
+    """hindsight relabelling by scene editing: replay every failed collection episode whose gripper closed away
+    from the target, with the target moved to where the gripper first closed (where the task could have drawn
+    it: inside its workspace, apart from the other objects) and the episode's own actions; the replays that
+    succeed join the round's successes (under "state" weighting a seed's replays share one unit, beside its own
+    successes' unit). The policy's misses become demonstrations of reaching the target where it is. Needs a task
+    whose target can move (``reset(options={"target_xy": ...})``: PickCup, PickObject)"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -312,6 +331,12 @@ class FilteredBCConfig:
             )
         except ValueError as e:
             raise ValueError(f"collect_env_kwargs: {e}") from e
+        if self.hindsight is True and not can_move_target(self.task):
+            movable = ", ".join(t for t in TASKS if can_move_target(t))
+            raise ValueError(
+                f"hindsight moves the task's target (reset option target_xy), which {self.task} cannot; tasks "
+                f"that can: {movable}"
+            )
         chunk = (meta.get("config") or {}).get("chunk_size")
         if isinstance(self.n_action_steps, int) and chunk is not None and self.n_action_steps > chunk:
             raise ValueError(f"n_action_steps={self.n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
@@ -370,7 +395,7 @@ class FilteredBCConfig:
         check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_float("advantage_beta", self.advantage_beta, 0.0, low_open=True)
         check_float("advantage_max_weight", self.advantage_max_weight, 1.0)
-        for name in ("augment", "prefetch", "freeze_encoders", "resume", "progress"):
+        for name in ("augment", "prefetch", "freeze_encoders", "hindsight", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -415,16 +440,48 @@ class RolloutEpisode:
     states: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
+    target_xy: tuple[float, float] | None = None
+    """a hindsight replay's: where the target was moved (`reset(options={"target_xy": ...})`); None otherwise"""
+
+
+@dataclass
+class HindsightReplay:
+    """What the hindsight replay of one failed episode gave: `episode` when the replay succeeded (None when it
+    failed or no replay ran), `steps` simulated, and why none ran (`skipped`: "no_close", "at_target",
+    "layout", or "" when one ran)."""
+
+    seed: int
+    episode: RolloutEpisode | None
+    steps: int
+    skipped: str
+
+
+def close_point(actions: np.ndarray, proprio: np.ndarray) -> np.ndarray | None:
+    """Where the gripper first closed in an episode: the grasp site's position (proprio[14:17]) when the first
+    closing command (gripper entry >= 0) was issued; None when the gripper never closed."""
+    closing = np.flatnonzero(np.asarray(actions)[:, -1] >= 0)
+    if len(closing) == 0:
+        return None
+    return np.asarray(proprio)[closing[0], PROPRIO_EE_POS].astype(np.float64)
 
 
 class _RolloutRecorder(gym.Wrapper):
     """Records its sub-env's episode in the demos layout and, when the episode ends in success, hands it over
     in ``info[RECORD_KEY]`` (a `RolloutEpisode`); at the end of every episode, success or not, it hands over
     the privileged states in ``info[STATES_KEY]`` (an `EpisodeStates`, what a success critic trains on). Runs
-    inside the sub-env, so it works in async vector envs."""
+    inside the sub-env, so it works in async vector envs.
 
-    def __init__(self, env: gym.Env):
+    With `hindsight`, a failed episode whose gripper closed away from the target is replayed at once: the same
+    seed with the target moved to where the gripper first closed (``reset(options={"target_xy": ...})``, which
+    refuses a layout the task could not have drawn), then the episode's own actions, to the first success or
+    the end of the actions. The arm moves as before until it touches something, so the replay shows the
+    policy's own trajectory in a scene where it reaches the target. The outcome goes in
+    ``info[HINDSIGHT_KEY]`` (a `HindsightReplay`, its `episode` recorded when it succeeded). The sub-env is
+    left in the replay's last state: the collection resets it before its next episode."""
+
+    def __init__(self, env: gym.Env, hindsight: bool = False):
         super().__init__(env)
+        self.hindsight = bool(hindsight)
         self._seed: int | None = None
         self._steps: list[dict[str, Any]] = []
         self._success = False
@@ -433,16 +490,17 @@ class _RolloutRecorder(gym.Wrapper):
         base = self.env.unwrapped
         return base.current if isinstance(base, MultiTaskEnv) else base
 
-    def _observe(self, obs: dict[str, Any]) -> None:
+    def _step_record(self, obs: dict[str, Any]) -> dict[str, Any]:
         sim = self._sim()
-        self._steps.append(
-            {
-                "images": {cam: np.array(img) for cam, img in obs["images"].items()},
-                "proprio": np.array(obs["proprio"], np.float32),
-                "state": sim._state_vector().astype(np.float32),
-                "sim_state": sim.sim_state(),
-            }
-        )
+        return {
+            "images": {cam: np.array(img) for cam, img in obs["images"].items()},
+            "proprio": np.array(obs["proprio"], np.float32),
+            "state": sim._state_vector().astype(np.float32),
+            "sim_state": sim.sim_state(),
+        }
+
+    def _observe(self, obs: dict[str, Any]) -> None:
+        self._steps.append(self._step_record(obs))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -462,19 +520,47 @@ class _RolloutRecorder(gym.Wrapper):
         self._success |= bool(info.get("success", False))
         if terminated or truncated:
             if self._success:
-                info[RECORD_KEY] = self._episode()
+                info[RECORD_KEY] = self._episode(self._steps)
             info[STATES_KEY] = EpisodeStates(
                 seed=int(self._seed) if self._seed is not None else -1,
                 state=np.stack([s["state"] for s in self._steps]),
                 success=self._success,
             )
+            if self.hindsight and not self._success and self._seed is not None:
+                info[HINDSIGHT_KEY] = self._replay()
             self._steps = []
         else:
             self._observe(obs)
         return obs, reward, terminated, truncated, info
 
-    def _episode(self) -> RolloutEpisode:
-        steps = self._steps
+    def _replay(self) -> HindsightReplay:
+        """The hindsight replay of the failed episode just recorded (see the class docstring)."""
+        seed = int(self._seed)
+        actions = np.stack([s["action"] for s in self._steps])
+        point = close_point(actions, np.stack([s["proprio"] for s in self._steps]))
+        if point is None:
+            return HindsightReplay(seed, None, 0, "no_close")
+        target = np.asarray(self._sim().target_pose()[0], np.float64)
+        if float(np.hypot(*(point[:2] - target[:2]))) < HINDSIGHT_MIN_MOVE:
+            return HindsightReplay(seed, None, 0, "at_target")
+        xy = (float(point[0]), float(point[1]))
+        try:
+            obs, _ = self.env.reset(seed=seed, options={"target_xy": xy})
+        except ValueError:  # the task cannot move its target there (workspace, spacing) or at all
+            return HindsightReplay(seed, None, 0, "layout")
+        steps: list[dict[str, Any]] = []
+        success = False
+        for action in actions:
+            steps.append(self._step_record(obs))
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            steps[-1]["action"], steps[-1]["reward"] = np.array(action, np.float32), float(reward)
+            success = bool(info.get("success", False))
+            if success or terminated or truncated:
+                break
+        episode = self._episode(steps, target_xy=xy) if success else None
+        return HindsightReplay(seed, episode, len(steps), "")
+
+    def _episode(self, steps: list[dict[str, Any]], target_xy: tuple[float, float] | None = None) -> RolloutEpisode:
         return RolloutEpisode(
             seed=int(self._seed) if self._seed is not None else -1,
             instruction=self._instruction,
@@ -485,6 +571,7 @@ class _RolloutRecorder(gym.Wrapper):
             states=np.stack([s["sim_state"] for s in steps]),
             actions=np.stack([s["action"] for s in steps]),
             rewards=np.array([s["reward"] for s in steps], np.float32),
+            target_xy=target_xy,
         )
 
 
@@ -561,7 +648,7 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
     from vlagym.train.demos import _ignore_sigint
 
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
-    wrappers: list[Any] = [_RolloutRecorder]
+    wrappers: list[Any] = [functools.partial(_RolloutRecorder, hindsight=cfg.hindsight)]
     if cfg.vectorization == "async":
         wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
     if cfg.max_episode_steps is not None:
@@ -595,13 +682,15 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
 
 def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group); returns (records,
-    successful episodes in seed order, every episode's `EpisodeStates` in seed order). The tries of one seed
-    come in an order of their content, so that the result does not depend on which sub-env finished first."""
+    successful episodes in seed order, every episode's `EpisodeStates` in seed order, the `HindsightReplay` of
+    every failed episode in seed order, when the recorders replay). The tries of one seed come in an order of
+    their content, so that the result does not depend on which sub-env finished first."""
     from vlagym.eval.rollout import run_episodes
 
     wanted = set(seeds)
     episodes: dict[int, list[RolloutEpisode]] = {}
     states: dict[int, list[EpisodeStates]] = {}
+    replays: dict[int, list[HindsightReplay]] = {}
 
     def keep(info: dict[str, Any], key: str, kind: type, into: dict[int, list[Any]]) -> None:
         if key not in info:
@@ -614,6 +703,7 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
     def on_step(info: dict[str, Any]) -> None:
         keep(info, RECORD_KEY, RolloutEpisode, episodes)
         keep(info, STATES_KEY, EpisodeStates, states)
+        keep(info, HINDSIGHT_KEY, HindsightReplay, replays)
 
     actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
@@ -623,7 +713,15 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         tries.sort(key=lambda e: (len(e.state), not e.success, e.state.tobytes()))
     successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
     episode_states = [states[r.seed].pop(0) for r in records if states.get(r.seed)]
-    return records, successes, episode_states
+    for tries in replays.values():
+        tries.sort(key=_replay_order)
+    hindsight = [replays[r.seed].pop(0) for r in records if not r.success and replays.get(r.seed)]
+    return records, successes, episode_states, hindsight
+
+
+def _replay_order(replay: HindsightReplay) -> tuple[Any, ...]:
+    e = replay.episode
+    return (replay.skipped, replay.steps, e is None, b"" if e is None else e.actions.tobytes())
 
 
 def gripper_reopens(actions: np.ndarray) -> int:
@@ -634,12 +732,18 @@ def gripper_reopens(actions: np.ndarray) -> int:
 
 
 def success_weights(successes: list[RolloutEpisode], weighting: str, gamma: float = 1.0) -> list[float]:
-    """Each successful episode's sampling weight: 1 ("episode", "advantage"), or 1 / (successes of its seed)
-    ("state"); times gamma^T for an episode of T steps (the discounted return of its 0/1 success reward)."""
-    counts: dict[int, int] = {}
+    """Each successful episode's sampling weight: 1 ("episode", "advantage"), or 1 / (successes of its state)
+    ("state"; the hindsight replays of a seed's failures share a unit of their own: their scenes differ from the
+    seed's only by where the target stands, and the tries of one state mostly close the gripper near one spot);
+    times gamma^T for an episode of T steps (the discounted return of its 0/1 success reward)."""
+
+    def state(e: RolloutEpisode) -> tuple[int, bool]:
+        return e.seed, e.target_xy is not None
+
+    counts: dict[tuple[int, bool], int] = {}
     for e in successes:
-        counts[e.seed] = counts.get(e.seed, 0) + 1
-    base = [1.0 / counts[e.seed] if weighting == "state" else 1.0 for e in successes]
+        counts[state(e)] = counts.get(state(e), 0) + 1
+    base = [1.0 / counts[state(e)] if weighting == "state" else 1.0 for e in successes]
     return [w * gamma ** len(e.actions) for w, e in zip(base, successes, strict=True)]
 
 
@@ -690,6 +794,8 @@ def write_rollouts(
                 _write_demo(data, layout.demo_name(k), demo, "gzip")  # the writer of `vlagym demos`
                 if weights is not None:
                     data[layout.demo_name(k)].attrs[WEIGHT_ATTR] = float(weights[k])
+                if e.target_xy is not None:  # the seed alone does not remake this scene (its states do)
+                    data[layout.demo_name(k)].attrs[HINDSIGHT_ATTR] = np.asarray(e.target_xy, np.float64)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -1055,7 +1161,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.eval()
             seeds = round_seeds(cfg, r)
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0)
-            records, successes, episode_states = collect_round(envs, actor, seeds)
+            records, successes, episode_states, replays = collect_round(envs, actor, seeds)
             reopens = [gripper_reopens(e.actions) for e in successes]
             successes = _without_reopens(successes, reopens, cfg.max_gripper_reopens)
             first_kept = len(successes)
@@ -1064,21 +1170,27 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             solved = {e.seed for e in successes}
             unsolved = [s for s in dict.fromkeys(seeds) if s not in solved]
             if retry_actor is not None and unsolved:  # the states with no kept success: wider, held noise
-                retry_records, retried, retry_states = collect_round(
+                retry_records, retried, retry_states, retry_replays = collect_round(
                     envs, retry_actor, [s for s in unsolved for _ in range(cfg.group_size)]
                 )
+                replays = replays + retry_replays
                 retry_kept = _without_reopens(
                     retried, [gripper_reopens(e.actions) for e in retried], cfg.max_gripper_reopens
                 )
                 successes, episode_states = successes + retry_kept, episode_states + retry_states
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0) - policy_s
+            relabelled = [x.episode for x in replays if x.episode is not None]
+            hindsight_kept = _without_reopens(
+                relabelled, [gripper_reopens(e.actions) for e in relabelled], cfg.max_gripper_reopens
+            )
+            successes = successes + hindsight_kept
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
                 write_rollouts(rollout_path(out, r), successes, cfg.task, collect_kwargs, weights)
                 progress.success_rounds.append(r)
             if cfg.weighting == "advantage":
                 write_states(states_path(out, r), episode_states)
-            steps = sum(rec.length for rec in records + retry_records)
+            steps = sum(rec.length for rec in records + retry_records) + sum(x.steps for x in replays)
             progress.env_steps += steps
             t1 = time.perf_counter()
             # train
@@ -1169,6 +1281,16 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     writer.add_scalar(
                         "retry/success_rate", float(np.mean([rec.success for rec in retry_records])), progress.updates
                     )
+            if cfg.hindsight:  # the replays of the failed episodes with the target moved to the gripper's close
+                ran = [x for x in replays if not x.skipped]
+                writer.add_scalar("hindsight/replays", len(ran), progress.updates)
+                writer.add_scalar("hindsight/successes_kept", len(hindsight_kept), progress.updates)
+                if ran:
+                    writer.add_scalar("hindsight/success_rate", len(relabelled) / len(ran), progress.updates)
+                for why in ("no_close", "at_target", "layout"):
+                    writer.add_scalar(
+                        f"hindsight/skipped_{why}", sum(x.skipped == why for x in replays), progress.updates
+                    )
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
             if buffer is not None:  # slow successes (e.g. dropped and picked up again) are most samples of a buffer
@@ -1190,11 +1312,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             writer.add_scalar("time/env_steps_per_s", steps / (t1 - t0), progress.updates)
             writer.add_scalar("time/env_steps", progress.env_steps, progress.updates)
             logger.info(
-                "round %d: %d/%d collection episodes succeeded (%d kept; %d of %d retries), %d updates, loss %.4f",
+                "round %d: %d/%d collection episodes succeeded (%d kept, %d of them hindsight replays; %d of %d "
+                "retries), %d updates, loss %.4f",
                 r,
                 sum(rec.success for rec in records),
                 len(records),
                 len(successes),
+                len(hindsight_kept),
                 sum(rec.success for rec in retry_records),
                 len(retry_records),
                 len(losses),
