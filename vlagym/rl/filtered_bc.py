@@ -95,7 +95,7 @@ from torch.utils.data import default_collate
 from vlagym.checks import check_float, check_int
 from vlagym.envs import TASKS, can_move_target
 from vlagym.envs.multitask import MultiTaskEnv
-from vlagym.envs.robot import PROPRIO_EE_POS
+from vlagym.envs.robot import PROPRIO_EE_POS, Robot
 from vlagym.eval.diagnostics import outcome_counts
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
@@ -146,6 +146,7 @@ ROLLOUTS = "rollouts"
 RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
 HINDSIGHT_KEY = "rollout_hindsight"  # ... and, with hindsight, at the end of a failed one (a `HindsightReplay`)
 HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where a hindsight replay put the target
+STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
@@ -485,7 +486,6 @@ class _RolloutRecorder(gym.Wrapper):
         self._seed: int | None = None
         self._steps: list[dict[str, Any]] = []
         self._success = False
-        self._target_start: np.ndarray | None = None
 
     def _sim(self):
         base = self.env.unwrapped
@@ -507,8 +507,6 @@ class _RolloutRecorder(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self._seed, self._success = seed, False
         self._steps = []
-        # where the target stood at the start (the failed episode may have pushed it): what a replay moves
-        self._target_start = self._sim().target_pose()[0].copy() if self.hindsight else None
         self._instruction, self._task = str(info.get("instruction", "")), str(info.get("task", ""))
         if not self._task:
             self._task = self.env.spec.id if self.env.spec else ""
@@ -543,8 +541,9 @@ class _RolloutRecorder(gym.Wrapper):
         point = close_point(actions, np.stack([s["proprio"] for s in self._steps]))
         if point is None:
             return HindsightReplay(seed, None, 0, "no_close")
-        target = np.asarray(self._target_start, np.float64)
-        if float(np.hypot(*(point[:2] - target[:2]))) < HINDSIGHT_MIN_MOVE:
+        # where the target stood at the start (the failed episode may have pushed it): the privileged state's
+        target = self._steps[0]["state"][STATE_TARGET_XY]
+        if float(np.hypot(*(point[:2] - target))) < HINDSIGHT_MIN_MOVE:
             return HindsightReplay(seed, None, 0, "at_target")
         xy = (float(point[0]), float(point[1]))
         try:
