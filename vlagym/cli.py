@@ -743,7 +743,7 @@ _FBC_OPTIONS = (
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
-    "n_action_steps", "hindsight",
+    "n_action_steps", "hindsight", "hindsight_make_room",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -770,6 +770,7 @@ _FBC_ONLY = (
     "collect_env_kwargs",
     "n_action_steps",
     "hindsight",
+    "hindsight_make_room",
 )
 
 
@@ -1212,6 +1213,12 @@ def _add_train_rl_parser(sub) -> None:
         default=None,
         help="replay each failed episode with the target moved to where the gripper closed; keep the replays "
         "that succeed (PickCup, PickObject)",
+    )
+    g.add_argument(
+        "--hindsight-make-room",
+        action="store_true",
+        default=None,
+        help="with --hindsight: move objects standing too near that spot aside instead of skipping the replay",
     )
     g.add_argument(
         "--lr-schedule",

@@ -94,6 +94,7 @@ from torch.utils.data import default_collate
 
 from vlagym.checks import check_float, check_int
 from vlagym.envs import TASKS, can_move_target
+from vlagym.envs.base import MAX_OBJECTS, N_TASK_SCALARS
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import PROPRIO_EE_POS, Robot
 from vlagym.eval.diagnostics import outcome_counts
@@ -146,7 +147,10 @@ ROLLOUTS = "rollouts"
 RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
 HINDSIGHT_KEY = "rollout_hindsight"  # ... and, with hindsight, at the end of a failed one (a `HindsightReplay`)
 HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where a hindsight replay put the target
+HINDSIGHT_ROOM_ATTR = "hindsight_moved_aside"  # ... and how many objects it moved aside to make room (make_room)
 STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
+# each object slot's x, y and present flag in `VLAEnv._state_vector` (`VLAEnv._task_state`'s per-slot layout)
+_SLOTS = Robot.PROPRIO_DIM + 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
@@ -242,6 +246,10 @@ class FilteredBCConfig:
     succeed join the round's successes (under "state" weighting a seed's replays share one unit, beside its own
     successes' unit). The policy's misses become demonstrations of reaching the target where it is. Needs a task
     whose target can move (``reset(options={"target_xy": ...})``: PickCup, PickObject)"""
+    hindsight_make_room: bool = False
+    """with `hindsight`, a replay whose target spot lies too near another object moves that object aside
+    (``reset(options={"make_room": True})``: to the nearest spot where the task could have drawn it) instead of
+    skipping the failure; in multi-object scenes a miss often closes near another object"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -332,6 +340,8 @@ class FilteredBCConfig:
             )
         except ValueError as e:
             raise ValueError(f"collect_env_kwargs: {e}") from e
+        if self.hindsight_make_room is True and self.hindsight is not True:
+            raise ValueError("hindsight_make_room moves objects aside for hindsight replays; it needs hindsight")
         if self.hindsight is True and not can_move_target(self.task):
             movable = ", ".join(t for t in TASKS if can_move_target(t))
             raise ValueError(
@@ -396,7 +406,8 @@ class FilteredBCConfig:
         check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_float("advantage_beta", self.advantage_beta, 0.0, low_open=True)
         check_float("advantage_max_weight", self.advantage_max_weight, 1.0)
-        for name in ("augment", "prefetch", "freeze_encoders", "hindsight", "resume", "progress"):
+        flags = ("augment", "prefetch", "freeze_encoders", "hindsight", "hindsight_make_room", "resume", "progress")
+        for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -443,18 +454,21 @@ class RolloutEpisode:
     rewards: np.ndarray
     target_xy: tuple[float, float] | None = None
     """a hindsight replay's: where the target was moved (`reset(options={"target_xy": ...})`); None otherwise"""
+    moved_aside: int = 0
+    """a hindsight replay's: how many objects were moved aside to make room for the target"""
 
 
 @dataclass
 class HindsightReplay:
     """What the hindsight replay of one failed episode gave: `episode` when the replay succeeded (None when it
     failed or no replay ran), `steps` simulated, and why none ran (`skipped`: "no_close", "at_target",
-    "layout", or "" when one ran)."""
+    "layout", or "" when one ran), and how many objects it `moved_aside` to make room for the target."""
 
     seed: int
     episode: RolloutEpisode | None
     steps: int
     skipped: str
+    moved_aside: int = 0
 
 
 def close_point(actions: np.ndarray, proprio: np.ndarray) -> np.ndarray | None:
@@ -464,6 +478,16 @@ def close_point(actions: np.ndarray, proprio: np.ndarray) -> np.ndarray | None:
     if len(closing) == 0:
         return None
     return np.asarray(proprio)[closing[0], PROPRIO_EE_POS].astype(np.float64)
+
+
+def _moved_aside(before: np.ndarray, after: np.ndarray) -> int:
+    """How many objects besides the target stand elsewhere in privileged state `after` than in `before` (two
+    first steps of one seed: the episode and its hindsight replay, whose target always moved)."""
+    moved = 0
+    for s in _SLOTS:
+        if before[s + 7] > 0 and float(np.hypot(*(after[s : s + 2] - before[s : s + 2]))) > 1e-6:
+            moved += 1
+    return max(moved - 1, 0)
 
 
 class _RolloutRecorder(gym.Wrapper):
@@ -480,9 +504,9 @@ class _RolloutRecorder(gym.Wrapper):
     ``info[HINDSIGHT_KEY]`` (a `HindsightReplay`, its `episode` recorded when it succeeded). The sub-env is
     left in the replay's last state: the collection resets it before its next episode."""
 
-    def __init__(self, env: gym.Env, hindsight: bool = False):
+    def __init__(self, env: gym.Env, hindsight: bool = False, make_room: bool = False):
         super().__init__(env)
-        self.hindsight = bool(hindsight)
+        self.hindsight, self.make_room = bool(hindsight), bool(make_room)
         self._seed: int | None = None
         self._steps: list[dict[str, Any]] = []
         self._success = False
@@ -547,7 +571,7 @@ class _RolloutRecorder(gym.Wrapper):
             return HindsightReplay(seed, None, 0, "at_target")
         xy = (float(point[0]), float(point[1]))
         try:
-            obs, _ = self.env.reset(seed=seed, options={"target_xy": xy})
+            obs, _ = self.env.reset(seed=seed, options={"target_xy": xy, "make_room": self.make_room})
         except ValueError:  # the task cannot move its target there (workspace, spacing) or at all
             return HindsightReplay(seed, None, 0, "layout")
         steps: list[dict[str, Any]] = []
@@ -559,10 +583,13 @@ class _RolloutRecorder(gym.Wrapper):
             success = bool(info.get("success", False))
             if success or terminated or truncated:
                 break
-        episode = self._episode(steps, target_xy=xy) if success else None
-        return HindsightReplay(seed, episode, len(steps), "")
+        moved = _moved_aside(self._steps[0]["state"], steps[0]["state"])
+        episode = self._episode(steps, target_xy=xy, moved_aside=moved) if success else None
+        return HindsightReplay(seed, episode, len(steps), "", moved)
 
-    def _episode(self, steps: list[dict[str, Any]], target_xy: tuple[float, float] | None = None) -> RolloutEpisode:
+    def _episode(
+        self, steps: list[dict[str, Any]], target_xy: tuple[float, float] | None = None, moved_aside: int = 0
+    ) -> RolloutEpisode:
         return RolloutEpisode(
             seed=int(self._seed) if self._seed is not None else -1,
             instruction=self._instruction,
@@ -574,6 +601,7 @@ class _RolloutRecorder(gym.Wrapper):
             actions=np.stack([s["action"] for s in steps]),
             rewards=np.array([s["reward"] for s in steps], np.float32),
             target_xy=target_xy,
+            moved_aside=moved_aside,
         )
 
 
@@ -650,7 +678,9 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
     from vlagym.train.demos import _ignore_sigint
 
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
-    wrappers: list[Any] = [functools.partial(_RolloutRecorder, hindsight=cfg.hindsight)]
+    wrappers: list[Any] = [
+        functools.partial(_RolloutRecorder, hindsight=cfg.hindsight, make_room=cfg.hindsight_make_room)
+    ]
     if cfg.vectorization == "async":
         wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
     if cfg.max_episode_steps is not None:
@@ -798,6 +828,7 @@ def write_rollouts(
                     data[layout.demo_name(k)].attrs[WEIGHT_ATTR] = float(weights[k])
                 if e.target_xy is not None:  # the seed alone does not remake this scene (its states do)
                     data[layout.demo_name(k)].attrs[HINDSIGHT_ATTR] = np.asarray(e.target_xy, np.float64)
+                    data[layout.demo_name(k)].attrs[HINDSIGHT_ROOM_ATTR] = int(e.moved_aside)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -1289,6 +1320,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar("hindsight/successes_kept", len(hindsight_kept), progress.updates)
                 if ran:
                     writer.add_scalar("hindsight/success_rate", len(relabelled) / len(ran), progress.updates)
+                if cfg.hindsight_make_room:  # replays that moved another object aside for the target
+                    writer.add_scalar("hindsight/made_room", sum(x.moved_aside > 0 for x in ran), progress.updates)
                 for why in ("no_close", "at_target", "layout"):
                     writer.add_scalar(
                         f"hindsight/skipped_{why}", sum(x.skipped == why for x in replays), progress.updates
