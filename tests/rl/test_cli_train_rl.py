@@ -63,7 +63,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--out", str(out), "--rounds", "1"]
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
-    argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2", "--hindsight"]
+    argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2", "--hindsight", "--hindsight-make-room"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -71,7 +71,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     assert config["algo"] == "filtered-bc" and config["demos"] == [] and config["rounds"] == 1
     assert config["collect_seed"] == 20_000_000 and config["eval_seed"] == 300_000
     assert config["max_episode_steps"] == 5  # the collection's time limit; the evaluation keeps the task's
-    assert config["augment"] is False and config["hindsight"] is True
+    assert config["augment"] is False and config["hindsight"] is True and config["hindsight_make_room"] is True
     tb = EventAccumulator(str(out / "tb"))
     tb.Reload()
     replays = [tb.Scalars(f"hindsight/{name}")[0].value for name in ("replays", "skipped_no_close", "skipped_at_target",
@@ -117,6 +117,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--n-action-steps", "5"], "--n-action-steps apply only to --algo filtered-bc"),
         (["--hindsight"], "--hindsight apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--hindsight", "--task", "VLA-PushCube-v0"], "which VLA-PushCube-v0 cannot"),
+        (["--hindsight-make-room"], "--hindsight-make-room apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--hindsight-make-room"], "it needs hindsight"),
         (["--algo", "filtered-bc", "--n-action-steps", "9"], "must be <= the checkpoint's chunk_size"),
     ],
 )

@@ -717,6 +717,8 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"n_action_steps": 0}, "n_action_steps"),
         ({"n_action_steps": 5}, "n_action_steps=5 must be <= the checkpoint's chunk_size=4"),
         ({"collect_env_kwargs": [3]}, "collect_env_kwargs: env_kwargs must be a dict"),
+        ({"hindsight_make_room": True}, "hindsight_make_room moves objects aside .* it needs hindsight"),
+        ({"hindsight": True, "hindsight_make_room": 1}, "hindsight_make_room must be a bool"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):
@@ -749,11 +751,11 @@ class _OpenLoopActor:
         return np.asarray(action, np.float32)[None]
 
 
-def _expert_actions(seed: int, target_xy, env_kwargs) -> np.ndarray:
+def _expert_actions(seed: int, target_xy, env_kwargs, make_room: bool = False) -> np.ndarray:
     """The scripted expert's actions until success on seed `seed` with the target moved to `target_xy`."""
     env = gym.make(TASK, **env_kwargs)
     try:
-        env.reset(seed=seed, options={"target_xy": target_xy})
+        env.reset(seed=seed, options={"target_xy": target_xy, "make_room": make_room})
         expert = env.unwrapped.expert_cls(env.unwrapped)
         expert.reset()
         actions = []
@@ -768,11 +770,11 @@ def _expert_actions(seed: int, target_xy, env_kwargs) -> np.ndarray:
         env.close()
 
 
-def _hindsight_round(tmp_path_factory, actions, hindsight=True, seed=0):
-    kwargs = {**ENV, "num_cups": 1}
+def _hindsight_round(tmp_path_factory, actions, hindsight=True, seed=0, num_cups=1, make_room=False):
+    kwargs = {**ENV, "num_cups": num_cups}
     cfg = FilteredBCConfig(
         policy=_tiny_checkpoint(tmp_path_factory), n_envs=1, demos=[], hindsight=hindsight,
-        max_episode_steps=len(actions) + 4,
+        hindsight_make_room=make_room, max_episode_steps=len(actions) + 4,
     )  # fmt: skip
     envs = make_collection_envs(cfg, kwargs)
     try:
@@ -821,8 +823,48 @@ def test_hindsight_replays_a_miss_with_the_target_where_the_gripper_closed(tmp_p
     with h5py.File(path, "r") as f:
         assert "hindsight_target_xy" not in f["data/demo_0"].attrs
         np.testing.assert_allclose(f["data/demo_1"].attrs["hindsight_target_xy"], episode.target_xy)
+        assert f["data/demo_1"].attrs["hindsight_moved_aside"] == 0 and episode.moved_aside == 0
     # without the option no replay runs
     assert _hindsight_round(tmp_path_factory, actions, hindsight=False)[3] == []
+
+
+def test_hindsight_make_room_replays_a_miss_that_closed_near_another_cup(tmp_path_factory):
+    # The miss: the gripper closes 6 cm from the other cup of a two-cup scene, 15+ cm from the target; moving
+    # the target there breaks the task's spacing rule, so plain hindsight skips it; make_room moves the other
+    # cup aside and replays.
+    kwargs = {**ENV, "num_cups": 2}
+    env = gym.make(TASK, **kwargs)
+    try:
+        env.reset(seed=0)
+        u = env.unwrapped
+        cup = u.target.pos(u.data)[:2]
+        other = next(o for o in u.objects if o.present and o is not u.target).pos(u.data)[:2]
+    finally:
+        env.close()
+    offsets = 0.06 * np.array([[np.cos(a), np.sin(a)] for a in np.linspace(0, 2 * np.pi, 12, endpoint=False)])
+    # a spot 6 cm from the other cup, 15+ cm from the target, inside the workspace (seed 0's layout has one)
+    aim = next(p for p in other + offsets if np.hypot(*(cup - p)) > 0.15 and -0.1 <= p[0] <= 0.06 and abs(p[1]) <= 0.18)
+    actions = _expert_actions(0, tuple(aim), kwargs, make_room=True)
+    *_, [skipped] = _hindsight_round(tmp_path_factory, actions, num_cups=2)
+    assert (skipped.skipped, skipped.episode) == ("layout", None)
+    records, successes, _, [replay] = _hindsight_round(tmp_path_factory, actions, num_cups=2, make_room=True)
+    assert [r.success for r in records] == [False] and successes == []
+    assert replay.skipped == "" and replay.moved_aside == 1 and replay.episode is not None
+    episode = replay.episode
+    assert episode.moved_aside == 1
+    np.testing.assert_allclose(episode.target_xy, aim, atol=0.01)
+    # seed + target_xy + make_room remake the replay's scene
+    env = gym.make(TASK, **kwargs)
+    try:
+        obs, _ = env.reset(seed=0, options={"target_xy": episode.target_xy, "make_room": True})
+        np.testing.assert_array_equal(obs["images"]["front"], episode.images["front"][0])
+    finally:
+        env.close()
+    path = tmp_path_factory.mktemp("room") / "round_0000.hdf5"
+    write_rollouts(path, [episode], TASK, kwargs)
+    assert check_dataset(path) == []
+    with h5py.File(path, "r") as f:
+        assert f["data/demo_0"].attrs["hindsight_moved_aside"] == 1
 
 
 def test_hindsight_skips_what_a_replay_cannot_fix(tmp_path_factory):
