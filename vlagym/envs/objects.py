@@ -199,14 +199,14 @@ def move_object(
     region: tuple[tuple[float, float], tuple[float, float]],
     min_spacing: float,
     make_room: bool = False,
-) -> list[FreeObject]:
+) -> None:
     """Put `obj` at `xy` on the table, keeping its heading and colour, where `sample_layout` could have put it:
     inside `region` and at least `min_spacing` from each of `others` (ValueError otherwise, naming the rule).
 
     With `make_room`, each of `others` nearer than `min_spacing` to `xy` is moved aside first (nearest first,
     keeping its heading and colour) to the spot nearest to where it stands, on a `ROOM_GRID` grid of `region`,
     at least `min_spacing` from `xy` and from every other object, so the layout stays one the task could draw;
-    ValueError where no such spot is left. Draws nothing. Returns the objects moved aside."""
+    ValueError where no such spot is left. Draws nothing."""
     (x0, x1), (y0, y1) = region
     x, y = xy
     if not (x0 <= x <= x1 and y0 <= y <= y1):
@@ -241,7 +241,6 @@ def move_object(
         for other, (ox, oy) in moves:
             other.place(model, data, float(ox), float(oy), _heading(other, data), other.color)
     obj.place(model, data, x, y, _heading(obj, data), obj.color)
-    return near
 
 
 def _heading(obj: FreeObject, data) -> float:
