@@ -98,11 +98,13 @@ def test_make_room_moves_the_objects_too_near_aside(make_env, env_id):
 
 
 def test_make_room_changes_nothing_where_there_is_room_and_refuses_bad_options(make_env):
-    env = make_env(PICK, num_cups=1)
-    env.reset(seed=3, options={"target_xy": (0.0, 0.0)})
-    state = env.unwrapped.sim_state()
-    env.reset(seed=3, options={"target_xy": (0.0, 0.0), "make_room": True})
-    np.testing.assert_array_equal(env.unwrapped.sim_state(), state)
+    env = make_env(PICK, num_cups=3)
+    env.reset(seed=3)
+    u = env.unwrapped
+    state = u.sim_state()
+    here = tuple(u.target.pos(u.data)[:2])  # where the seed put the target: the other cups stand apart from it
+    env.reset(seed=3, options={"target_xy": here, "make_room": True})
+    np.testing.assert_array_equal(u.sim_state(), state)  # nothing was in the way, so nothing moved
     with pytest.raises(ValueError, match=r"options\['make_room'\] must be True or False"):
         env.reset(seed=3, options={"target_xy": (0.0, 0.0), "make_room": "yes"})
     with pytest.raises(ValueError, match=r"moves objects aside for options\['target_xy'\], which is missing"):

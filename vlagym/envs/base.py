@@ -69,6 +69,8 @@ INSTRUCTION_MAX_LENGTH = 160
 MAX_OBJECTS = 5
 N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
+# where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
+TASK_STATE_SLOTS = 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
 
@@ -463,7 +465,7 @@ class VLAEnv(gym.Env):
         qpos = self.data.qpos
         for i, obj in enumerate(self.objects):
             if obj.present:
-                start = 20 + 8 * i
+                start = TASK_STATE_SLOTS[i]
                 out[start : start + 7] = qpos[obj.qpos_adr : obj.qpos_adr + 7]
                 out[start + 7] = 1.0
         return out

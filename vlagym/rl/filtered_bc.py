@@ -94,7 +94,7 @@ from torch.utils.data import default_collate
 
 from vlagym.checks import check_float, check_int
 from vlagym.envs import TASKS, can_move_target
-from vlagym.envs.base import MAX_OBJECTS, N_TASK_SCALARS
+from vlagym.envs.base import TASK_STATE_SLOTS
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import PROPRIO_EE_POS, Robot
 from vlagym.eval.diagnostics import outcome_counts
@@ -149,8 +149,7 @@ HINDSIGHT_KEY = "rollout_hindsight"  # ... and, with hindsight, at the end of a 
 HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where a hindsight replay put the target
 HINDSIGHT_ROOM_ATTR = "hindsight_moved_aside"  # ... and how many objects it moved aside to make room (make_room)
 STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
-# each object slot's x, y and present flag in `VLAEnv._state_vector` (`VLAEnv._task_state`'s per-slot layout)
-_SLOTS = Robot.PROPRIO_DIM + 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
+_SLOTS = Robot.PROPRIO_DIM + TASK_STATE_SLOTS  # where each object slot starts in `VLAEnv._state_vector`
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
