@@ -743,7 +743,7 @@ _FBC_OPTIONS = (
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
     "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
-    "n_action_steps", "hindsight", "hindsight_make_room",
+    "n_action_steps", "hindsight", "hindsight_make_room", "close_delays",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -771,6 +771,7 @@ _FBC_ONLY = (
     "n_action_steps",
     "hindsight",
     "hindsight_make_room",
+    "close_delays",
 )
 
 
@@ -1219,6 +1220,15 @@ def _add_train_rl_parser(sub) -> None:
         action="store_true",
         default=None,
         help="with --hindsight: move objects standing too near that spot aside instead of skipping the replay",
+    )
+    g.add_argument(
+        "--close-delays",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="K",
+        help="replay each failed episode from its first gripper close, put off by K steps (each K in turn, e.g. "
+        "2 4 6 8); keep the first replay that succeeds (default: none)",
     )
     g.add_argument(
         "--lr-schedule",

@@ -64,6 +64,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
     argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2", "--hindsight", "--hindsight-make-room"]
+    argv += ["--close-delays", "2", "4"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -77,6 +78,9 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     replays = [tb.Scalars(f"hindsight/{name}")[0].value for name in ("replays", "skipped_no_close", "skipped_at_target",
                                                                         "skipped_layout")]  # fmt: skip
     assert sum(replays) == 1  # the one failed episode: replayed or skipped, and why
+    assert config["close_delays"] == [2, 4]
+    delayed = [tb.Scalars(f"delay/{name}")[0].value for name in ("replayed", "skipped_no_close", "skipped_at_start")]
+    assert sum(delayed) == 1  # ... and the same for its delayed-close replays
     assert config["collect_env_kwargs"] == {"num_cups": 3} and config["env_kwargs"] == {}
     results = json.loads((out / "eval" / "step_0" / "results.json").read_text())
     assert results["seed"] == 300_000 and results["tasks"][TASK]["episodes"][0]["length"] > 5
@@ -120,6 +124,9 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--hindsight-make-room"], "--hindsight-make-room apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--hindsight-make-room"], "it needs hindsight"),
         (["--algo", "filtered-bc", "--n-action-steps", "9"], "must be <= the checkpoint's chunk_size"),
+        (["--close-delays", "2"], "--close-delays apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--close-delays", "0"], "each of close_delays must be an integer >= 1"),
+        (["--algo", "filtered-bc", "--close-delays", "2", "2"], "close_delays repeats a delay"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

@@ -76,7 +76,7 @@ def _expert_round(tmp_path_factory, seeds):
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        return collect_round(envs, _ExpertActor(envs), seeds)
+        return collect_round(envs, _ExpertActor(envs), seeds)[:4]
     finally:
         envs.close()
 
@@ -143,7 +143,7 @@ def test_collection_time_limit_ends_episodes_early(tmp_path_factory):
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[], max_episode_steps=7)
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, successes, states, _ = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+        records, successes, states, *_ = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
     finally:
         envs.close()
     assert [(r.seed, r.length, r.success) for r in records] == [(0, 7, False), (1, 7, False), (2, 7, False)]
@@ -156,7 +156,7 @@ def _noisy_records(checkpoint, n_envs, noise, seeds):
     cfg = FilteredBCConfig(policy=str(checkpoint), n_envs=n_envs, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, _, _, _ = collect_round(envs, NoisyVLA(policy, noise), seeds)
+        records = collect_round(envs, NoisyVLA(policy, noise), seeds).records
     finally:
         envs.close()
     return [(r.seed, r.length, r.episode_return) for r in records]
@@ -719,6 +719,10 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"collect_env_kwargs": [3]}, "collect_env_kwargs: env_kwargs must be a dict"),
         ({"hindsight_make_room": True}, "hindsight_make_room moves objects aside .* it needs hindsight"),
         ({"hindsight": True, "hindsight_make_room": 1}, "hindsight_make_room must be a bool"),
+        ({"close_delays": "2,4"}, "close_delays must be a list of steps"),
+        ({"close_delays": [2, 0]}, "each of close_delays must be an integer >= 1"),
+        ({"close_delays": [2.0]}, "each of close_delays must be an integer >= 1"),
+        ({"close_delays": [4, 2, 4]}, "close_delays repeats a delay"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):
@@ -752,10 +756,11 @@ class _OpenLoopActor:
 
 
 def _expert_actions(seed: int, target_xy, env_kwargs, make_room: bool = False) -> np.ndarray:
-    """The scripted expert's actions until success on seed `seed` with the target moved to `target_xy`."""
+    """The scripted expert's actions until success on seed `seed` with the target moved to `target_xy` (None:
+    where the seed put it)."""
     env = gym.make(TASK, **env_kwargs)
     try:
-        env.reset(seed=seed, options={"target_xy": target_xy, "make_room": make_room})
+        env.reset(seed=seed, options=None if target_xy is None else {"target_xy": target_xy, "make_room": make_room})
         expert = env.unwrapped.expert_cls(env.unwrapped)
         expert.reset()
         actions = []
@@ -778,7 +783,7 @@ def _hindsight_round(tmp_path_factory, actions, hindsight=True, seed=0, num_cups
     )  # fmt: skip
     envs = make_collection_envs(cfg, kwargs)
     try:
-        return collect_round(envs, _OpenLoopActor(actions), [seed])
+        return collect_round(envs, _OpenLoopActor(actions), [seed])[:4]
     finally:
         envs.close()
 
@@ -884,3 +889,90 @@ def test_hindsight_skips_what_a_replay_cannot_fix(tmp_path_factory):
     closed = int(np.flatnonzero(actions[:, -1] >= 0)[0])
     _, _, _, [replay] = _hindsight_round(tmp_path_factory, actions[: closed + 2])
     assert (replay.skipped, replay.episode) == ("at_target", None)
+
+
+# ---------------------------------------------------------------------------- delayed-close replays
+def _delay_round(tmp_path_factory, actions, close_delays, seed=0):
+    """`collect_round` of one episode playing `actions` (then holding still) on one sub-env, with `close_delays`."""
+    cfg = FilteredBCConfig(
+        policy=_tiny_checkpoint(tmp_path_factory), n_envs=1, demos=[], close_delays=close_delays,
+        max_episode_steps=len(actions) + 4,
+    )  # fmt: skip
+    envs = make_collection_envs(cfg, {**ENV, "num_cups": 1})
+    try:
+        return collect_round(envs, _OpenLoopActor(actions), [seed])
+    finally:
+        envs.close()
+
+
+def _early_close(seed=0, early=6):
+    """The scripted expert's actions on `seed` with the `early` descent steps before its first close cut out:
+    the gripper closes `early` steps too soon, above the cup's grasp height (the expert descends at full speed)."""
+    actions = _expert_actions(seed, None, {**ENV, "num_cups": 1})
+    close = int(np.flatnonzero(actions[:, -1] >= 0)[0])
+    assert (actions[close - early : close, -1] < 0).all()
+    return np.concatenate([actions[: close - early], actions[close:]]), close - early
+
+
+def test_close_delays_replay_a_grasp_closed_too_early_from_the_close(tmp_path_factory):
+    actions, close = _early_close()
+    # put off by 1 step the close is still too high; by 3 it grasps (what `_early_close` cut was 6 steps)
+    collection = _delay_round(tmp_path_factory, actions, [1, 3, 6])
+    assert [r.success for r in collection.records] == [False] and collection.successes == []
+    assert collection.hindsight == []  # hindsight is off
+    [replay] = collection.delayed
+    assert replay.seed == 0 and replay.skipped == "" and replay.close_delay == 3
+    episode = replay.episode
+    assert episode is not None and episode.close_delay == 3 and episode.target_xy is None
+    # the actions: the episode's up to the close, 3 copies of the one before it, then the episode's own
+    n = len(episode.actions)
+    edited = np.concatenate([actions[:close], np.repeat(actions[close - 1 : close], 3, axis=0), actions[close:]])
+    np.testing.assert_array_equal(episode.actions, edited[:n])
+    # simulated: the k = 1 replay (to the end of the episode's length, no success) and the k = 3 one; nothing
+    # before the close runs again
+    length = collection.records[0].length
+    assert replay.steps == (length - close) + (n - close)
+    # a true episode of the seed: its actions from a plain reset give the recorded frames and states again
+    # (restoring the simulator's data at the close continues the episode exactly), and succeed at the last step
+    env = gym.make(TASK, **ENV, num_cups=1)
+    try:
+        obs, _ = env.reset(seed=0)
+        for t, action in enumerate(episode.actions):
+            np.testing.assert_array_equal(obs["images"]["front"], episode.images["front"][t])
+            np.testing.assert_array_equal(env.unwrapped.sim_state(), episode.states[t])
+            obs, _, _, _, info = env.step(action)
+            assert info["success"] == (t == n - 1)
+    finally:
+        env.close()
+    # "state" weighting: it shares the seed's unit with the seed's own successes (the same scene)
+    own = dataclasses.replace(episode, close_delay=0)
+    assert success_weights([own, episode], "state") == [0.5, 0.5]
+    path = tmp_path_factory.mktemp("delay") / "round_0000.hdf5"
+    write_rollouts(path, [own, episode], TASK, {**ENV, "num_cups": 1})
+    assert check_dataset(path) == []
+    with h5py.File(path, "r") as f:
+        assert "close_delay" not in f["data/demo_0"].attrs and f["data/demo_1"].attrs["close_delay"] == 3
+    # no delay fixes it: no episode; each replay ran the episode's length from the close (the gripper never opens)
+    [none] = _delay_round(tmp_path_factory, actions, [1, 8]).delayed
+    assert (none.episode, none.skipped, none.close_delay, none.steps) == (None, "", 0, 2 * (length - close))
+    # without the option nothing is replayed
+    assert _delay_round(tmp_path_factory, actions, []).delayed == []
+
+
+def test_close_delays_skip_what_they_cannot_replay(tmp_path_factory):
+    still = np.zeros((6, 7), np.float32)
+    still[:, -1] = -1.0  # never closes
+    [replay] = _delay_round(tmp_path_factory, still, [2]).delayed
+    assert (replay.skipped, replay.episode, replay.steps) == ("no_close", None, 0)
+    shut = still.copy()
+    shut[:, -1] = 1.0  # closes at the first step: no action before it to go on with
+    [replay] = _delay_round(tmp_path_factory, shut, [2]).delayed
+    assert (replay.skipped, replay.episode, replay.steps) == ("at_start", None, 0)
+
+
+def test_a_delayed_close_replay_ends_when_the_gripper_opens_again(tmp_path_factory):
+    # closes at step 2, opens at step 4: each replay runs the 2 inserted steps and the 2 closed ones, and stops
+    actions = np.zeros((8, 7), np.float32)
+    actions[:, -1] = [-1, -1, 1, 1, -1, -1, -1, -1]
+    [replay] = _delay_round(tmp_path_factory, actions, [2, 3]).delayed
+    assert (replay.skipped, replay.episode, replay.steps) == ("", None, 4 + 5)

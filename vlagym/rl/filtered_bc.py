@@ -29,7 +29,10 @@ is replayed at once with the target moved to where the gripper first closed (``r
 ...})``, only where the task could have drawn that layout) and the episode's own actions; the replays that
 succeed join the round's successes: a miss becomes a demonstration of reaching the target where it stands
 (hindsight relabelling, Andrychowicz et al. 2017, done by editing the scene and re-rendering, since the goal is
-in the pixels). ``weighting="advantage"`` weighs each step of a success by
+in the pixels). With ``close_delays``, each failed episode whose gripper closed is also replayed in its own
+scene from the simulator's state at its first close, with that close put off by k steps (the arm going on as
+it went), for each k in turn; the first replay that succeeds joins the round's successes: a relabel in time,
+for the grasps closed too early (too high on the object). ``weighting="advantage"`` weighs each step of a success by
 exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
 (failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
@@ -57,7 +60,9 @@ Outputs of a run folder ``OUT``:
                                              retry/* (the second pass: states tried, states solved, successes
                                              kept, success rate); rollout/* counts the first pass alone;
                                              hindsight/* (replays run, their success rate, successes kept, and
-                                             the failures not replayed: no_close, at_target, layout)
+                                             the failures not replayed: no_close, at_target, layout);
+                                             delay/* (close_delays: failures replayed, successes kept and
+                                             by k, steps simulated, the failures not replayed)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
@@ -83,10 +88,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import h5py
+import mujoco
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
@@ -148,6 +154,8 @@ RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the e
 HINDSIGHT_KEY = "rollout_hindsight"  # ... and, with hindsight, at the end of a failed one (a `HindsightReplay`)
 HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where a hindsight replay put the target
 HINDSIGHT_ROOM_ATTR = "hindsight_moved_aside"  # ... and how many objects it moved aside to make room (make_room)
+DELAY_KEY = "rollout_close_delay"  # ... and, with close_delays, at the end of a failed one (a `HindsightReplay`)
+DELAY_ATTR = "close_delay"  # a rollout file's demo attribute: the steps a delayed-close replay put the close off
 STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
 _SLOTS = Robot.PROPRIO_DIM + TASK_STATE_SLOTS  # where each object slot starts in `VLAEnv._state_vector`
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
@@ -249,6 +257,14 @@ class FilteredBCConfig:
     """with `hindsight`, a replay whose target spot lies too near another object moves that object aside
     (``reset(options={"make_room": True})``: to the nearest spot where the task could have drawn it) instead of
     skipping the failure; in multi-object scenes a miss often closes near another object"""
+    close_delays: list[int] = field(default_factory=list)
+    """relabelling in time: replay each failed collection episode whose gripper closed, in its own scene, with
+    the first close put off by k steps (k copies of the last action before it inserted there: the arm goes on
+    as it went, gripper open), for each k in turn until a replay succeeds; the first success joins the round's
+    successes, a demonstration of the original scene (under "state" weighting it shares the seed's unit). A
+    replay restarts from the simulator's state at the close (nothing before it runs again) and ends at a
+    success, when the gripper opens again, or at the episode's length. Aimed at grasps closed too early (too
+    high on the object, or before reaching it). E.g. [2, 4, 6, 8]; []: off. Any task"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -391,6 +407,13 @@ class FilteredBCConfig:
                 check_int(name, getattr(self, name), 1)
         if self.max_gripper_reopens is not None:
             check_int("max_gripper_reopens", self.max_gripper_reopens, 0)
+        if not isinstance(self.close_delays, (list, tuple)):
+            raise ValueError(f"close_delays must be a list of steps, e.g. [2, 4, 6, 8], got {self.close_delays!r}")
+        self.close_delays = list(self.close_delays)
+        for k in self.close_delays:
+            check_int("each of close_delays", k, 1)
+        if len(set(self.close_delays)) != len(self.close_delays):
+            raise ValueError(f"close_delays repeats a delay: {self.close_delays}")
         if self.max_minutes is not None:
             check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         check_float("noise_std", self.noise_std, 0.0)
@@ -455,19 +478,23 @@ class RolloutEpisode:
     """a hindsight replay's: where the target was moved (`reset(options={"target_xy": ...})`); None otherwise"""
     moved_aside: int = 0
     """a hindsight replay's: how many objects were moved aside to make room for the target"""
+    close_delay: int = 0
+    """a delayed-close replay's: the steps its first close was put off (see `FilteredBCConfig.close_delays`)"""
 
 
 @dataclass
 class HindsightReplay:
-    """What the hindsight replay of one failed episode gave: `episode` when the replay succeeded (None when it
-    failed or no replay ran), `steps` simulated, and why none ran (`skipped`: "no_close", "at_target",
-    "layout", or "" when one ran), and how many objects it `moved_aside` to make room for the target."""
+    """What the hindsight (or delayed-close) replays of one failed episode gave: `episode` when a replay
+    succeeded (None when none did or none ran), `steps` simulated, and why none ran (`skipped`: "no_close",
+    "at_target", "layout", "at_start", or "" when one ran), how many objects it `moved_aside` to make room for
+    the target, and the `close_delay` of the delayed-close replay that succeeded."""
 
     seed: int
     episode: RolloutEpisode | None
     steps: int
     skipped: str
     moved_aside: int = 0
+    close_delay: int = 0
 
 
 def close_point(actions: np.ndarray, proprio: np.ndarray) -> np.ndarray | None:
@@ -500,15 +527,26 @@ class _RolloutRecorder(gym.Wrapper):
     refuses a layout the task could not have drawn), then the episode's own actions, to the first success or
     the end of the actions. The arm moves as before until it touches something, so the replay shows the
     policy's own trajectory in a scene where it reaches the target. The outcome goes in
-    ``info[HINDSIGHT_KEY]`` (a `HindsightReplay`, its `episode` recorded when it succeeded). The sub-env is
-    left in the replay's last state: the collection resets it before its next episode."""
+    ``info[HINDSIGHT_KEY]`` (a `HindsightReplay`, its `episode` recorded when it succeeded).
 
-    def __init__(self, env: gym.Env, hindsight: bool = False, make_room: bool = False):
+    With `close_delays`, a failed episode whose gripper closed is also replayed in its own scene with the first
+    close put off by k steps, for each k in turn until one succeeds (``info[DELAY_KEY]``). The recorder keeps a
+    copy of the simulator's data (`mujoco.MjData`) from just before the first closing command, and each such
+    replay resets the env (the same seed: the wrappers' and the task's episode state), copies that data back,
+    and steps on from there, so it continues the episode exactly and nothing before the close runs again.
+    The sub-env is left in the last replay's state: the collection resets it before its next episode."""
+
+    def __init__(
+        self, env: gym.Env, hindsight: bool = False, make_room: bool = False, close_delays: tuple[int, ...] = ()
+    ):
         super().__init__(env)
         self.hindsight, self.make_room = bool(hindsight), bool(make_room)
+        self.close_delays = tuple(int(k) for k in close_delays)
         self._seed: int | None = None
         self._steps: list[dict[str, Any]] = []
         self._success = False
+        self._close_at: int | None = None  # the step of the episode's first closing command
+        self._at_close: mujoco.MjData | None = None  # the simulator's data just before it
 
     def _sim(self):
         base = self.env.unwrapped
@@ -528,7 +566,8 @@ class _RolloutRecorder(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
-        self._seed, self._success = seed, False
+        self._seed, self._success, self._close_at = seed, False, None
+        self._options = copy.deepcopy(options)
         self._steps = []
         self._instruction, self._task = str(info.get("instruction", "")), str(info.get("task", ""))
         if not self._task:
@@ -537,6 +576,8 @@ class _RolloutRecorder(gym.Wrapper):
         return obs, info
 
     def step(self, action):
+        if self.close_delays and self._close_at is None and float(np.asarray(action)[-1]) >= 0:
+            self._keep_close_state()
         obs, reward, terminated, truncated, info = self.env.step(action)
         step = self._steps[-1]
         step["action"] = np.array(action, np.float32)
@@ -552,6 +593,8 @@ class _RolloutRecorder(gym.Wrapper):
             )
             if self.hindsight and not self._success and self._seed is not None:
                 info[HINDSIGHT_KEY] = self._replay()
+            if self.close_delays and not self._success and self._seed is not None:
+                info[DELAY_KEY] = self._delayed_close()
             self._steps = []
         else:
             self._observe(obs)
@@ -586,8 +629,67 @@ class _RolloutRecorder(gym.Wrapper):
         episode = self._episode(steps, target_xy=xy, moved_aside=moved) if success else None
         return HindsightReplay(seed, episode, len(steps), "", moved)
 
+    def _keep_close_state(self) -> None:
+        """Copy the simulator's data as it is before the episode's first closing command is applied."""
+        sim = self._sim()
+        if self._at_close is None or self._at_close.model is not sim.model:  # a multi-task env changes models
+            self._at_close = mujoco.MjData(sim.model)
+        mujoco.mj_copyData(self._at_close, sim.model, sim.data)
+        self._close_at = len(self._steps) - 1
+
+    def _delayed_close(self) -> HindsightReplay:
+        """The delayed-close replays of the failed episode just recorded (see the class docstring): the first
+        that succeeds, or none."""
+        seed, start = int(self._seed), self._close_at
+        if start is None:
+            return HindsightReplay(seed, None, 0, "no_close")
+        if start == 0:  # no action before the close to go on with
+            return HindsightReplay(seed, None, 0, "at_start")
+        simulated = 0
+        for k in self.close_delays:
+            steps, success = self.continue_from_close(k)
+            simulated += len(steps) - start
+            if success:
+                return HindsightReplay(seed, self._episode(steps, close_delay=k), simulated, "", close_delay=k)
+        return HindsightReplay(seed, None, simulated, "")
+
+    def continue_from_close(self, delay: int) -> tuple[list[dict[str, Any]], bool]:
+        """Replay the episode just recorded from its first close, put off by `delay` steps (`delay` copies of the
+        action before it, then the episode's own actions from the close on, as many as keep the episode's
+        length), to a success, the gripper opening again, or the end: (the steps, the recorded ones before the
+        close included; whether it succeeded). `delay` 0 continues the episode as it was."""
+        start = self._close_at
+        if start is None:
+            raise RuntimeError("the episode just recorded never closed the gripper")
+        actions = [s["action"] for s in self._steps]
+        edited = ([actions[start - 1]] * delay if start > 0 else []) + actions[start:]
+        edited = edited[: len(actions) - start]
+        self.env.reset(seed=self._seed, options=self._options)  # the wrappers' and the task's episode state
+        sim = self._sim()
+        mujoco.mj_copyData(sim.data, sim.model, self._at_close)
+        observed = ("images", "proprio", "state", "sim_state")
+        steps = self._steps[:start] + [{key: self._steps[start][key] for key in observed}]
+        closed = success = False
+        for action in edited:
+            if closed and action[-1] < 0:  # the grasp let go: a success from here would re-grasp
+                break
+            closed = closed or bool(action[-1] >= 0)
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            steps[-1]["action"], steps[-1]["reward"] = action, float(reward)
+            success = bool(info.get("success", False))
+            if success or terminated or truncated:
+                break
+            steps.append(self._step_record(obs))
+        if "action" not in steps[-1]:  # stopped before stepping: the last observation has no action
+            steps.pop()
+        return steps, success
+
     def _episode(
-        self, steps: list[dict[str, Any]], target_xy: tuple[float, float] | None = None, moved_aside: int = 0
+        self,
+        steps: list[dict[str, Any]],
+        target_xy: tuple[float, float] | None = None,
+        moved_aside: int = 0,
+        close_delay: int = 0,
     ) -> RolloutEpisode:
         return RolloutEpisode(
             seed=int(self._seed) if self._seed is not None else -1,
@@ -601,6 +703,7 @@ class _RolloutRecorder(gym.Wrapper):
             rewards=np.array([s["reward"] for s in steps], np.float32),
             target_xy=target_xy,
             moved_aside=moved_aside,
+            close_delay=close_delay,
         )
 
 
@@ -678,7 +781,12 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
 
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
     wrappers: list[Any] = [
-        functools.partial(_RolloutRecorder, hindsight=cfg.hindsight, make_room=cfg.hindsight_make_room)
+        functools.partial(
+            _RolloutRecorder,
+            hindsight=cfg.hindsight,
+            make_room=cfg.hindsight_make_room,
+            close_delays=tuple(cfg.close_delays),
+        )
     ]
     if cfg.vectorization == "async":
         wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
@@ -711,17 +819,31 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
     return [first + k for k in range(states) for _ in range(cfg.group_size)]
 
 
-def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False):
-    """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group); returns (records,
-    successful episodes in seed order, every episode's `EpisodeStates` in seed order, the `HindsightReplay` of
-    every failed episode in seed order, when the recorders replay). The tries of one seed come in an order of
-    their content, so that the result does not depend on which sub-env finished first."""
+class Collection(NamedTuple):
+    """What `collect_round` gathered, each list in seed order."""
+
+    records: list[Any]
+    """every episode's `EpisodeRecord` (outcome, length, ...)"""
+    successes: list[RolloutEpisode]
+    """the successful episodes"""
+    states: list[EpisodeStates]
+    """every episode's privileged states"""
+    hindsight: list[HindsightReplay]
+    """each failed episode's hindsight replay (when the recorders run them)"""
+    delayed: list[HindsightReplay]
+    """each failed episode's delayed-close replays (when the recorders run them)"""
+
+
+def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False) -> Collection:
+    """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
+    come in an order of their content, so that the result does not depend on which sub-env finished first."""
     from vlagym.eval.rollout import run_episodes
 
     wanted = set(seeds)
     episodes: dict[int, list[RolloutEpisode]] = {}
     states: dict[int, list[EpisodeStates]] = {}
     replays: dict[int, list[HindsightReplay]] = {}
+    delays: dict[int, list[HindsightReplay]] = {}
 
     def keep(info: dict[str, Any], key: str, kind: type, into: dict[int, list[Any]]) -> None:
         if key not in info:
@@ -735,6 +857,7 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         keep(info, RECORD_KEY, RolloutEpisode, episodes)
         keep(info, STATES_KEY, EpisodeStates, states)
         keep(info, HINDSIGHT_KEY, HindsightReplay, replays)
+        keep(info, DELAY_KEY, HindsightReplay, delays)
 
     actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
@@ -744,15 +867,17 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         tries.sort(key=lambda e: (len(e.state), not e.success, e.state.tobytes()))
     successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
     episode_states = [states[r.seed].pop(0) for r in records if states.get(r.seed)]
-    for tries in replays.values():
-        tries.sort(key=_replay_order)
-    hindsight = [replays[r.seed].pop(0) for r in records if not r.success and replays.get(r.seed)]
-    return records, successes, episode_states, hindsight
+    failed = []
+    for found in (replays, delays):
+        for tries in found.values():
+            tries.sort(key=_replay_order)
+        failed.append([found[r.seed].pop(0) for r in records if not r.success and found.get(r.seed)])
+    return Collection(records, successes, episode_states, *failed)
 
 
 def _replay_order(replay: HindsightReplay) -> tuple[Any, ...]:
     e = replay.episode
-    return (replay.skipped, replay.steps, e is None, b"" if e is None else e.actions.tobytes())
+    return (replay.skipped, replay.steps, replay.close_delay, e is None, b"" if e is None else e.actions.tobytes())
 
 
 def gripper_reopens(actions: np.ndarray) -> int:
@@ -828,6 +953,8 @@ def write_rollouts(
                 if e.target_xy is not None:  # the seed alone does not remake this scene (its states do)
                     data[layout.demo_name(k)].attrs[HINDSIGHT_ATTR] = np.asarray(e.target_xy, np.float64)
                     data[layout.demo_name(k)].attrs[HINDSIGHT_ROOM_ATTR] = int(e.moved_aside)
+                if e.close_delay:  # the seed remakes the scene; the actions hold the delay
+                    data[layout.demo_name(k)].attrs[DELAY_ATTR] = int(e.close_delay)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -1193,7 +1320,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.eval()
             seeds = round_seeds(cfg, r)
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0)
-            records, successes, episode_states, replays = collect_round(envs, actor, seeds)
+            records, successes, episode_states, replays, delayed = collect_round(envs, actor, seeds)
             reopens = [gripper_reopens(e.actions) for e in successes]
             successes = _without_reopens(successes, reopens, cfg.max_gripper_reopens)
             first_kept = len(successes)
@@ -1202,10 +1329,10 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             solved = {e.seed for e in successes}
             unsolved = [s for s in dict.fromkeys(seeds) if s not in solved]
             if retry_actor is not None and unsolved:  # the states with no kept success: wider, held noise
-                retry_records, retried, retry_states, retry_replays = collect_round(
+                retry_records, retried, retry_states, retry_replays, retry_delayed = collect_round(
                     envs, retry_actor, [s for s in unsolved for _ in range(cfg.group_size)]
                 )
-                replays = replays + retry_replays
+                replays, delayed = replays + retry_replays, delayed + retry_delayed
                 retry_kept = _without_reopens(
                     retried, [gripper_reopens(e.actions) for e in retried], cfg.max_gripper_reopens
                 )
@@ -1215,14 +1342,18 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             hindsight_kept = _without_reopens(
                 relabelled, [gripper_reopens(e.actions) for e in relabelled], cfg.max_gripper_reopens
             )
-            successes = successes + hindsight_kept
+            put_off = [x.episode for x in delayed if x.episode is not None]
+            delayed_kept = _without_reopens(
+                put_off, [gripper_reopens(e.actions) for e in put_off], cfg.max_gripper_reopens
+            )
+            successes = successes + hindsight_kept + delayed_kept
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
                 write_rollouts(rollout_path(out, r), successes, cfg.task, collect_kwargs, weights)
                 progress.success_rounds.append(r)
             if cfg.weighting == "advantage":
                 write_states(states_path(out, r), episode_states)
-            steps = sum(rec.length for rec in records + retry_records) + sum(x.steps for x in replays)
+            steps = sum(rec.length for rec in records + retry_records) + sum(x.steps for x in replays + delayed)
             progress.env_steps += steps
             t1 = time.perf_counter()
             # train
@@ -1325,6 +1456,17 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     writer.add_scalar(
                         f"hindsight/skipped_{why}", sum(x.skipped == why for x in replays), progress.updates
                     )
+            if cfg.close_delays:  # the replays of the failed episodes with the first close put off
+                ran = [x for x in delayed if not x.skipped]
+                writer.add_scalar("delay/replayed", len(ran), progress.updates)
+                writer.add_scalar("delay/successes_kept", len(delayed_kept), progress.updates)
+                writer.add_scalar("delay/steps", sum(x.steps for x in delayed), progress.updates)
+                if ran:
+                    writer.add_scalar("delay/success_rate", len(put_off) / len(ran), progress.updates)
+                for k in cfg.close_delays:
+                    writer.add_scalar(f"delay/by_k/{k}", sum(e.close_delay == k for e in put_off), progress.updates)
+                for why in ("no_close", "at_start"):
+                    writer.add_scalar(f"delay/skipped_{why}", sum(x.skipped == why for x in delayed), progress.updates)
             writer.add_scalar("buffer/episodes", len(buffer.episode_lengths) if buffer else 0, progress.updates)
             writer.add_scalar("buffer/samples", len(buffer) if buffer else 0, progress.updates)
             if buffer is not None:  # slow successes (e.g. dropped and picked up again) are most samples of a buffer
@@ -1346,13 +1488,14 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             writer.add_scalar("time/env_steps_per_s", steps / (t1 - t0), progress.updates)
             writer.add_scalar("time/env_steps", progress.env_steps, progress.updates)
             logger.info(
-                "round %d: %d/%d collection episodes succeeded (%d kept, %d of them hindsight replays; %d of %d "
-                "retries), %d updates, loss %.4f",
+                "round %d: %d/%d collection episodes succeeded (%d kept, %d of them hindsight and %d delayed-close "
+                "replays; %d of %d retries), %d updates, loss %.4f",
                 r,
                 sum(rec.success for rec in records),
                 len(records),
                 len(successes),
                 len(hindsight_kept),
+                len(delayed_kept),
                 sum(rec.success for rec in retry_records),
                 len(retry_records),
                 len(losses),
