@@ -513,10 +513,11 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     real = fbc.collect_round
 
     def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round re-opens
-        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
+        collection = real(envs, _ExpertActor(envs), seeds)
+        records, successes = collection.records, collection.successes
         closed = np.flatnonzero(successes[0].actions[:, -1] > 0)
         successes[0].actions[closed[0] + 1, -1] = -1.0
-        return records, successes, states, replays
+        return collection._replace(records=records, successes=successes)
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     kept = {}
@@ -543,9 +544,10 @@ def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, de
     cups = []
 
     def collect(envs, actor, seeds):  # the expert succeeds, so the rounds write rollout files
-        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
+        collection = real(envs, _ExpertActor(envs), seeds)
+        records, successes = collection.records, collection.successes
         cups.extend(sum(o.present and o.kind == "cup" for o in e.unwrapped.objects) for e in envs.envs)
-        return records, successes, states, replays
+        return collection._replace(records=records, successes=successes)
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     out = tmp_path / "run"
@@ -580,14 +582,15 @@ def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, 
     def collect(envs, actor, seeds):  # the expert succeeds every time; in the first pass, the second state's
         # successes re-open the gripper, so max_gripper_reopens=0 drops them and leaves that state unsolved
         calls.append((actor.first_try, actor.noise_std, actor.hold, list(seeds)))
-        records, successes, states, replays = real(envs, _ExpertActor(envs), seeds)
+        collection = real(envs, _ExpertActor(envs), seeds)
+        records, successes = collection.records, collection.successes
         lengths.extend(r.length for r in records)
         if actor.first_try == 0:
             for e in successes:
                 if e.seed == seeds[-1]:
                     closed = np.flatnonzero(e.actions[:, -1] > 0)
                     e.actions[closed[0] + 1, -1] = -1.0
-        return records, successes, states, replays
+        return collection._replace(records=records, successes=successes)
 
     monkeypatch.setattr(fbc, "collect_round", collect)
     out = tmp_path / "run"
