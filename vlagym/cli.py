@@ -741,7 +741,8 @@ _FBC_OPTIONS = (
     "eval_every", "eval_episodes", "eval_num_envs", "device", "torch_threads", "rounds", "episodes_per_round",
     "updates_per_round", "noise_std", "demos", "demo_fraction", "buffer_rounds", "ema", "lr_schedule",
     "group_size", "weighting", "noise_hold", "freeze_encoders", "advantage_beta", "advantage_max_weight",
-    "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "eval_seed", "collect_seed",
+    "critic_rounds", "critic_updates", "gamma", "max_gripper_reopens", "max_close_distance",
+    "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
     "n_action_steps", "hindsight", "hindsight_make_room", "close_delays",
 )  # fmt: skip
@@ -763,6 +764,7 @@ _FBC_ONLY = (
     "critic_rounds",
     "critic_updates",
     "max_gripper_reopens",
+    "max_close_distance",
     "collect_seed",
     "retry_noise_std",
     "retry_noise_hold",
@@ -1265,6 +1267,14 @@ def _add_train_rl_parser(sub) -> None:
         default=None,
         help="drop successes whose gripper opens again after closing more than this often "
         "(0 for picks, 1 for places; default: keep all)",
+    )
+    g.add_argument(
+        "--max-close-distance",
+        type=float,
+        default=None,
+        metavar="METRES",
+        help="drop successes whose gripper first closed farther than this from the task's reach point "
+        "(its reach_distance; e.g. 0.04 drops grasps closed at a cup's rim; default: keep all)",
     )
     g.add_argument(
         "--collect-seed",

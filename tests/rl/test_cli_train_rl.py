@@ -64,7 +64,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     argv += ["--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu", "--no-progress"]
     argv += ["--collect-seed", "20000000", "--eval-seed", "300000", "--max-episode-steps", "5", "--no-augment"]
     argv += ["--collect-env-kwargs", '{"num_cups": 3}', "--n-action-steps", "2", "--hindsight", "--hindsight-make-room"]
-    argv += ["--close-delays", "2", "4"]
+    argv += ["--close-delays", "2", "4", "--max-close-distance", "0.04"]
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "trained 1 rounds" in printed and "success rate at the last evaluation" in printed
@@ -78,7 +78,7 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
     replays = [tb.Scalars(f"hindsight/{name}")[0].value for name in ("replays", "skipped_no_close", "skipped_at_target",
                                                                         "skipped_layout")]  # fmt: skip
     assert sum(replays) == 1  # the one failed episode: replayed or skipped, and why
-    assert config["close_delays"] == [2, 4]
+    assert config["close_delays"] == [2, 4] and config["max_close_distance"] == 0.04
     delayed = [tb.Scalars(f"delay/{name}")[0].value for name in ("replayed", "skipped_no_close", "skipped_at_start")]
     assert sum(delayed) == 1  # ... and the same for its delayed-close replays
     assert config["collect_env_kwargs"] == {"num_cups": 3} and config["env_kwargs"] == {}
@@ -127,6 +127,8 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--close-delays", "2"], "--close-delays apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--close-delays", "0"], "each of close_delays must be an integer >= 1"),
         (["--algo", "filtered-bc", "--close-delays", "2", "2"], "close_delays repeats a delay"),
+        (["--max-close-distance", "0.04"], "--max-close-distance apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--max-close-distance", "0"], "max_close_distance must be a finite number > 0"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):

@@ -536,6 +536,59 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     assert kept[0] == [[0], [0]]
 
 
+def test_recorder_keeps_the_reach_distance_at_the_first_close(expert_rollouts):
+    _, episodes, path = expert_rollouts
+    env = gym.make(TASK, **ENV)
+    try:
+        for e in episodes:
+            close = int(np.flatnonzero(e.actions[:, -1] >= 0)[0])
+            _, info = env.reset(seed=e.seed)
+            for action in e.actions[:close]:  # the info beside the observation the closing action was chosen on
+                *_, info = env.step(action)
+            assert e.close_distance == pytest.approx(info["reach_distance"], abs=1e-12)
+            assert e.close_distance < 0.01  # the expert closes on the cup's axis at half its height
+    finally:
+        env.close()
+    with h5py.File(path, "r") as f:
+        written = [f[f"data/demo_{k}"].attrs["close_distance"] for k in range(len(episodes))]
+    assert written == pytest.approx([e.close_distance for e in episodes], abs=1e-12)
+
+
+def test_max_close_distance_keeps_successes_closed_far_away_out_of_the_buffer(
+    bc_checkpoint, demo_file, tmp_path, monkeypatch
+):
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+
+    def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round "closed" 9 cm off
+        collection = real(envs, _ExpertActor(envs), seeds)
+        successes = collection.successes
+        successes[0] = dataclasses.replace(successes[0], close_distance=0.09)
+        successes[1] = dataclasses.replace(successes[1], close_distance=None)  # a task without a reach distance
+        return collection._replace(successes=successes)
+
+    monkeypatch.setattr(fbc, "collect_round", collect)
+    kept = {}
+    for limit in (None, 0.04):
+        out = tmp_path / f"run_{limit}"
+        train_filtered_bc(_config(bc_checkpoint, demo_file, out, eval_every=0, max_close_distance=limit))
+        kept[limit] = []
+        for r in range(2):
+            with h5py.File(rollout_path(out, r), "r") as f:
+                kept[limit].append([demo.attrs.get("close_distance") for demo in f["data"].values()])
+        scalars = EventAccumulator(str(out / "tb")).Reload()
+        assert [e.value for e in scalars.Scalars("rollout/success_close_distance_p50")] == pytest.approx([0.09] * 2)
+        tags = scalars.Tags()["scalars"]
+        if limit is None:
+            assert not any(tag.startswith("far_close/") for tag in tags)
+        else:
+            assert [e.value for e in scalars.Scalars("far_close/rollout")] == [1, 1]
+            assert [e.value for e in scalars.Scalars("far_close/hindsight")] == [0, 0]
+    assert kept[None] == [[0.09, None], [0.09, None]]
+    assert kept[0.04] == [[None], [None]]
+
+
 def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, demo_file, tmp_path, monkeypatch):
     import vlagym.rl.filtered_bc as fbc
     from vlagym.train.bc import demo_env
@@ -726,6 +779,9 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
         ({"close_delays": [2, 0]}, "each of close_delays must be an integer >= 1"),
         ({"close_delays": [2.0]}, "each of close_delays must be an integer >= 1"),
         ({"close_delays": [4, 2, 4]}, "close_delays repeats a delay"),
+        ({"max_close_distance": 0.0}, "max_close_distance must be a finite number > 0.0"),
+        ({"max_close_distance": -0.04}, "max_close_distance must be a finite number > 0.0"),
+        ({"max_close_distance": "4cm"}, "max_close_distance must be a finite number > 0.0"),
     ],
 )
 def test_config_errors(bc_checkpoint, overrides, match):
@@ -832,6 +888,8 @@ def test_hindsight_replays_a_miss_with_the_target_where_the_gripper_closed(tmp_p
         assert "hindsight_target_xy" not in f["data/demo_0"].attrs
         np.testing.assert_allclose(f["data/demo_1"].attrs["hindsight_target_xy"], episode.target_xy)
         assert f["data/demo_1"].attrs["hindsight_moved_aside"] == 0 and episode.moved_aside == 0
+    # the replay closed where the expert aimed, on the moved cup's axis
+    assert episode.close_distance < 0.01
     # without the option no replay runs
     assert _hindsight_round(tmp_path_factory, actions, hindsight=False)[3] == []
 
@@ -947,6 +1005,15 @@ def test_close_delays_replay_a_grasp_closed_too_early_from_the_close(tmp_path_fa
             assert info["success"] == (t == n - 1)
     finally:
         env.close()
+    # it closed nearer to the cup than the failed episode did (3 of the 6 steps it closed too early)
+    record_env = gym.make(TASK, **ENV, num_cups=1)
+    try:
+        _, info = record_env.reset(seed=0)
+        for action in actions[:close]:
+            *_, info = record_env.step(action)
+    finally:
+        record_env.close()
+    assert episode.close_distance < info["reach_distance"] - 0.01
     # "state" weighting: it shares the seed's unit with the seed's own successes (the same scene)
     own = dataclasses.replace(episode, close_delay=0)
     assert success_weights([own, episode], "state") == [0.5, 0.5]

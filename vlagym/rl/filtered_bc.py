@@ -32,7 +32,9 @@ succeed join the round's successes: a miss becomes a demonstration of reaching t
 in the pixels). With ``close_delays``, each failed episode whose gripper closed is also replayed in its own
 scene from the simulator's state at its first close, with that close put off by k steps (the arm going on as
 it went), for each k in turn; the first replay that succeeds joins the round's successes: a relabel in time,
-for the grasps closed too early (too high on the object). ``weighting="advantage"`` weighs each step of a success by
+for the grasps closed too early (too high on the object). With ``max_close_distance``, a success (own or
+replayed) whose gripper first closed farther than that from the task's reach point is dropped: the lucky grasps
+at a cup's rim are not imitated. ``weighting="advantage"`` weighs each step of a success by
 exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
 (failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
@@ -62,7 +64,11 @@ Outputs of a run folder ``OUT``:
                                              hindsight/* (replays run, their success rate, successes kept, and
                                              the failures not replayed: no_close, at_target, layout);
                                              delay/* (close_delays: failures replayed, successes kept and
-                                             by k, steps simulated, the failures not replayed)
+                                             by k, steps simulated, the failures not replayed),
+                                             rollout/success_close_distance_p50 (the median reach distance
+                                             at the successes' first close) and far_close/* (the successes
+                                             max_close_distance dropped, by source: rollout, retry,
+                                             hindsight, delay)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
@@ -103,7 +109,7 @@ from vlagym.envs import TASKS, can_move_target
 from vlagym.envs.base import TASK_STATE_SLOTS
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import PROPRIO_EE_POS, Robot
-from vlagym.eval.diagnostics import outcome_counts
+from vlagym.eval.diagnostics import REACH_KEY, outcome_counts
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
@@ -156,6 +162,7 @@ HINDSIGHT_ATTR = "hindsight_target_xy"  # a rollout file's demo attribute: where
 HINDSIGHT_ROOM_ATTR = "hindsight_moved_aside"  # ... and how many objects it moved aside to make room (make_room)
 DELAY_KEY = "rollout_close_delay"  # ... and, with close_delays, at the end of a failed one (a `HindsightReplay`)
 DELAY_ATTR = "close_delay"  # a rollout file's demo attribute: the steps a delayed-close replay put the close off
+CLOSE_DISTANCE_ATTR = "close_distance"  # ... and the reach distance at the first close (where the task reports one)
 STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
 _SLOTS = Robot.PROPRIO_DIM + TASK_STATE_SLOTS  # where each object slot starts in `VLAEnv._state_vector`
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
@@ -211,6 +218,12 @@ class FilteredBCConfig:
     after closing more than this many times, before they enter the buffer: 0 for a pick (a success that let go
     of the object and grasped it again teaches the chatter behind drops), 1 for a place (one release); None:
     keep every success"""
+    max_close_distance: float | None = None
+    """drop the successes (own and replayed) whose gripper was first commanded to close farther than this, in
+    metres, from the task's reach point (its ``info["reach_distance"]``: a cup's axis at half its height), before
+    they enter the buffer: a success that closed at the rim and lifted the cup by luck teaches the grasps made too
+    high that are most of a PickCup policy's failures (the expert closes within 1 cm). E.g. 0.04; None: keep every
+    success. Successes that never closed, or of a task that reports no reach distance, are kept"""
     advantage_beta: float = 0.2
     """"advantage" weighting: the temperature of exp(A / beta) (A is a change of success probability, in [-1, 1])"""
     advantage_max_weight: float = 20.0
@@ -414,6 +427,8 @@ class FilteredBCConfig:
             check_int("each of close_delays", k, 1)
         if len(set(self.close_delays)) != len(self.close_delays):
             raise ValueError(f"close_delays repeats a delay: {self.close_delays}")
+        if self.max_close_distance is not None:
+            check_float("max_close_distance", self.max_close_distance, 0.0, low_open=True)
         if self.max_minutes is not None:
             check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
         check_float("noise_std", self.noise_std, 0.0)
@@ -480,6 +495,9 @@ class RolloutEpisode:
     """a hindsight replay's: how many objects were moved aside to make room for the target"""
     close_delay: int = 0
     """a delayed-close replay's: the steps its first close was put off (see `FilteredBCConfig.close_delays`)"""
+    close_distance: float | None = None
+    """the task's reach distance (grasp site to reach point, metres) when the gripper was first commanded to
+    close; None when it never closed or the task reports none"""
 
 
 @dataclass
@@ -552,17 +570,19 @@ class _RolloutRecorder(gym.Wrapper):
         base = self.env.unwrapped
         return base.current if isinstance(base, MultiTaskEnv) else base
 
-    def _step_record(self, obs: dict[str, Any]) -> dict[str, Any]:
+    def _step_record(self, obs: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         sim = self._sim()
+        reach = info.get(REACH_KEY)
         return {
             "images": {cam: np.array(img) for cam, img in obs["images"].items()},
             "proprio": np.array(obs["proprio"], np.float32),
             "state": sim._state_vector().astype(np.float32),
             "sim_state": sim.sim_state(),
+            "reach": None if reach is None else float(reach),
         }
 
-    def _observe(self, obs: dict[str, Any]) -> None:
-        self._steps.append(self._step_record(obs))
+    def _observe(self, obs: dict[str, Any], info: dict[str, Any]) -> None:
+        self._steps.append(self._step_record(obs, info))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -572,7 +592,7 @@ class _RolloutRecorder(gym.Wrapper):
         self._instruction, self._task = str(info.get("instruction", "")), str(info.get("task", ""))
         if not self._task:
             self._task = self.env.spec.id if self.env.spec else ""
-        self._observe(obs)
+        self._observe(obs, info)
         return obs, info
 
     def step(self, action):
@@ -597,7 +617,7 @@ class _RolloutRecorder(gym.Wrapper):
                 info[DELAY_KEY] = self._delayed_close()
             self._steps = []
         else:
-            self._observe(obs)
+            self._observe(obs, info)
         return obs, reward, terminated, truncated, info
 
     def _replay(self) -> HindsightReplay:
@@ -613,13 +633,13 @@ class _RolloutRecorder(gym.Wrapper):
             return HindsightReplay(seed, None, 0, "at_target")
         xy = (float(point[0]), float(point[1]))
         try:
-            obs, _ = self.env.reset(seed=seed, options={"target_xy": xy, "make_room": self.make_room})
+            obs, info = self.env.reset(seed=seed, options={"target_xy": xy, "make_room": self.make_room})
         except ValueError:  # the task cannot move its target there (workspace, spacing) or at all
             return HindsightReplay(seed, None, 0, "layout")
         steps: list[dict[str, Any]] = []
         success = False
         for action in actions:
-            steps.append(self._step_record(obs))
+            steps.append(self._step_record(obs, info))
             obs, reward, terminated, truncated, info = self.env.step(action)
             steps[-1]["action"], steps[-1]["reward"] = np.array(action, np.float32), float(reward)
             success = bool(info.get("success", False))
@@ -667,7 +687,7 @@ class _RolloutRecorder(gym.Wrapper):
         self.env.reset(seed=self._seed, options=self._options)  # the wrappers' and the task's episode state
         sim = self._sim()
         mujoco.mj_copyData(sim.data, sim.model, self._at_close)
-        observed = ("images", "proprio", "state", "sim_state")
+        observed = ("images", "proprio", "state", "sim_state", "reach")
         steps = self._steps[:start] + [{key: self._steps[start][key] for key in observed}]
         closed = success = False
         for action in edited:
@@ -679,7 +699,7 @@ class _RolloutRecorder(gym.Wrapper):
             success = bool(info.get("success", False))
             if success or terminated or truncated:
                 break
-            steps.append(self._step_record(obs))
+            steps.append(self._step_record(obs, info))
         if "action" not in steps[-1]:  # stopped before stepping: the last observation has no action
             steps.pop()
         return steps, success
@@ -691,6 +711,8 @@ class _RolloutRecorder(gym.Wrapper):
         moved_aside: int = 0,
         close_delay: int = 0,
     ) -> RolloutEpisode:
+        actions = np.stack([s["action"] for s in steps])
+        closing = np.flatnonzero(actions[:, -1] >= 0)
         return RolloutEpisode(
             seed=int(self._seed) if self._seed is not None else -1,
             instruction=self._instruction,
@@ -699,11 +721,12 @@ class _RolloutRecorder(gym.Wrapper):
             proprio=np.stack([s["proprio"] for s in steps]),
             state=np.stack([s["state"] for s in steps]),
             states=np.stack([s["sim_state"] for s in steps]),
-            actions=np.stack([s["action"] for s in steps]),
+            actions=actions,
             rewards=np.array([s["reward"] for s in steps], np.float32),
             target_xy=target_xy,
             moved_aside=moved_aside,
             close_delay=close_delay,
+            close_distance=steps[closing[0]]["reach"] if len(closing) else None,
         )
 
 
@@ -809,6 +832,14 @@ def _without_reopens(
     if max_reopens is None:
         return successes
     return [e for e, n in zip(successes, reopens, strict=True) if n <= max_reopens]
+
+
+def _near_closes(successes: list[RolloutEpisode], max_distance: float | None) -> list[RolloutEpisode]:
+    """The successes whose first close was at most `max_distance` from the reach point, and those with no close
+    distance (all of them when None)."""
+    if max_distance is None:
+        return successes
+    return [e for e in successes if e.close_distance is None or e.close_distance <= max_distance]
 
 
 def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
@@ -955,6 +986,8 @@ def write_rollouts(
                     data[layout.demo_name(k)].attrs[HINDSIGHT_ROOM_ATTR] = int(e.moved_aside)
                 if e.close_delay:  # the seed remakes the scene; the actions hold the delay
                     data[layout.demo_name(k)].attrs[DELAY_ATTR] = int(e.close_delay)
+                if e.close_distance is not None:
+                    data[layout.demo_name(k)].attrs[CLOSE_DISTANCE_ATTR] = float(e.close_distance)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -1322,8 +1355,11 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0)
             records, successes, episode_states, replays, delayed = collect_round(envs, actor, seeds)
             reopens = [gripper_reopens(e.actions) for e in successes]
+            close_distances = [e.close_distance for e in successes if e.close_distance is not None]
             successes = _without_reopens(successes, reopens, cfg.max_gripper_reopens)
             first_kept = len(successes)
+            successes = _near_closes(successes, cfg.max_close_distance)
+            far_closes = {"rollout": first_kept - len(successes)}
             retry_records: list[Any] = []
             retry_kept: list[RolloutEpisode] = []
             solved = {e.seed for e in successes}
@@ -1336,16 +1372,25 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 retry_kept = _without_reopens(
                     retried, [gripper_reopens(e.actions) for e in retried], cfg.max_gripper_reopens
                 )
+                kept_before = len(retry_kept)
+                retry_kept = _near_closes(retry_kept, cfg.max_close_distance)
+                far_closes["retry"] = kept_before - len(retry_kept)
                 successes, episode_states = successes + retry_kept, episode_states + retry_states
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0) - policy_s
             relabelled = [x.episode for x in replays if x.episode is not None]
             hindsight_kept = _without_reopens(
                 relabelled, [gripper_reopens(e.actions) for e in relabelled], cfg.max_gripper_reopens
             )
+            far_closes["hindsight"] = len(hindsight_kept)
+            hindsight_kept = _near_closes(hindsight_kept, cfg.max_close_distance)
+            far_closes["hindsight"] -= len(hindsight_kept)
             put_off = [x.episode for x in delayed if x.episode is not None]
             delayed_kept = _without_reopens(
                 put_off, [gripper_reopens(e.actions) for e in put_off], cfg.max_gripper_reopens
             )
+            far_closes["delay"] = len(delayed_kept)
+            delayed_kept = _near_closes(delayed_kept, cfg.max_close_distance)
+            far_closes["delay"] -= len(delayed_kept)
             successes = successes + hindsight_kept + delayed_kept
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
@@ -1436,6 +1481,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     "rollout/success_reopen_share", float(np.mean(np.array(reopens) > 0)), progress.updates
                 )
             writer.add_scalar("rollout/successes_filtered", len(reopens) - first_kept, progress.updates)
+            if close_distances:  # how far from the reach point the successes first closed (the expert: < 1 cm)
+                writer.add_scalar(
+                    "rollout/success_close_distance_p50", float(np.median(close_distances)), progress.updates
+                )
+            if cfg.max_close_distance is not None:  # successes dropped for a first close far from the reach point
+                for source, dropped in far_closes.items():
+                    writer.add_scalar(f"far_close/{source}", dropped, progress.updates)
             if retry_actor is not None:  # the second pass, on the states the first left without a kept success
                 writer.add_scalar("retry/states", len(retry_records) // cfg.group_size, progress.updates)
                 writer.add_scalar("retry/states_solved", len({e.seed for e in retry_kept}), progress.updates)
