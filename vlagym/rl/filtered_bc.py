@@ -842,6 +842,13 @@ def _near_closes(successes: list[RolloutEpisode], max_distance: float | None) ->
     return [e for e in successes if e.close_distance is None or e.close_distance <= max_distance]
 
 
+def _kept_successes(successes: list[RolloutEpisode], cfg: FilteredBCConfig) -> tuple[list[RolloutEpisode], int]:
+    """The successes `max_gripper_reopens` and `max_close_distance` keep, and how many the second dropped."""
+    kept = _without_reopens(successes, [gripper_reopens(e.actions) for e in successes], cfg.max_gripper_reopens)
+    near = _near_closes(kept, cfg.max_close_distance)
+    return near, len(kept) - len(near)
+
+
 def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
     """The reset seeds of round r's episodes: episodes_per_round / group_size fresh states, each `group_size`
     times in a row (state k of round r has seed collect_seed + r * states + k)."""
@@ -1369,28 +1376,13 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     envs, retry_actor, [s for s in unsolved for _ in range(cfg.group_size)]
                 )
                 replays, delayed = replays + retry_replays, delayed + retry_delayed
-                retry_kept = _without_reopens(
-                    retried, [gripper_reopens(e.actions) for e in retried], cfg.max_gripper_reopens
-                )
-                kept_before = len(retry_kept)
-                retry_kept = _near_closes(retry_kept, cfg.max_close_distance)
-                far_closes["retry"] = kept_before - len(retry_kept)
+                retry_kept, far_closes["retry"] = _kept_successes(retried, cfg)
                 successes, episode_states = successes + retry_kept, episode_states + retry_states
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0) - policy_s
             relabelled = [x.episode for x in replays if x.episode is not None]
-            hindsight_kept = _without_reopens(
-                relabelled, [gripper_reopens(e.actions) for e in relabelled], cfg.max_gripper_reopens
-            )
-            far_closes["hindsight"] = len(hindsight_kept)
-            hindsight_kept = _near_closes(hindsight_kept, cfg.max_close_distance)
-            far_closes["hindsight"] -= len(hindsight_kept)
+            hindsight_kept, far_closes["hindsight"] = _kept_successes(relabelled, cfg)
             put_off = [x.episode for x in delayed if x.episode is not None]
-            delayed_kept = _without_reopens(
-                put_off, [gripper_reopens(e.actions) for e in put_off], cfg.max_gripper_reopens
-            )
-            far_closes["delay"] = len(delayed_kept)
-            delayed_kept = _near_closes(delayed_kept, cfg.max_close_distance)
-            far_closes["delay"] -= len(delayed_kept)
+            delayed_kept, far_closes["delay"] = _kept_successes(put_off, cfg)
             successes = successes + hindsight_kept + delayed_kept
             if successes:
                 weights = success_weights(successes, cfg.weighting, cfg.gamma)
