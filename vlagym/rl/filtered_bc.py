@@ -254,9 +254,9 @@ class FilteredBCConfig:
     around it)"""
     retry_noise_std: float = 0.0
     """a second pass on the states of a round that kept no success (every try failed, or its successes were
-    dropped by `max_gripper_reopens`): `group_size` more tries each, with noise of this std held for
-    `retry_noise_hold` steps (wider, temporally correlated exploration where the first pass found nothing; its
-    successes join the round's); 0: no second pass"""
+    dropped by `max_gripper_reopens` or `max_close_distance`): `group_size` more tries each, with noise of this
+    std held for `retry_noise_hold` steps (wider, temporally correlated exploration where the first pass found
+    nothing; its successes join the round's); 0: no second pass"""
     retry_noise_hold: int = 10
     """steps each noise draw of the second pass is held (see `retry_noise_std`)"""
     hindsight: bool = False
@@ -515,13 +515,17 @@ class HindsightReplay:
     close_delay: int = 0
 
 
+def first_close(actions: np.ndarray) -> int | None:
+    """The step of an episode's first closing command (gripper entry >= 0); None when the gripper never closed."""
+    closing = np.flatnonzero(np.asarray(actions)[:, -1] >= 0)
+    return int(closing[0]) if len(closing) else None
+
+
 def close_point(actions: np.ndarray, proprio: np.ndarray) -> np.ndarray | None:
     """Where the gripper first closed in an episode: the grasp site's position (proprio[14:17]) when the first
-    closing command (gripper entry >= 0) was issued; None when the gripper never closed."""
-    closing = np.flatnonzero(np.asarray(actions)[:, -1] >= 0)
-    if len(closing) == 0:
-        return None
-    return np.asarray(proprio)[closing[0], PROPRIO_EE_POS].astype(np.float64)
+    closing command was issued; None when the gripper never closed."""
+    t = first_close(actions)
+    return None if t is None else np.asarray(proprio)[t, PROPRIO_EE_POS].astype(np.float64)
 
 
 def _moved_aside(before: np.ndarray, after: np.ndarray) -> int:
@@ -712,7 +716,7 @@ class _RolloutRecorder(gym.Wrapper):
         close_delay: int = 0,
     ) -> RolloutEpisode:
         actions = np.stack([s["action"] for s in steps])
-        closing = np.flatnonzero(actions[:, -1] >= 0)
+        close = first_close(actions)
         return RolloutEpisode(
             seed=int(self._seed) if self._seed is not None else -1,
             instruction=self._instruction,
@@ -726,7 +730,7 @@ class _RolloutRecorder(gym.Wrapper):
             target_xy=target_xy,
             moved_aside=moved_aside,
             close_delay=close_delay,
-            close_distance=steps[closing[0]]["reach"] if len(closing) else None,
+            close_distance=None if close is None else steps[close]["reach"],
         )
 
 
