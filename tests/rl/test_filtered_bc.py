@@ -63,6 +63,25 @@ class _ExpertActor:
         return self.expert(obs)
 
 
+@pytest.fixture
+def expert_collects(monkeypatch):
+    """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
+    ``expert_collects(edit)`` also passes each round's `Collection` through ``edit(collection, envs, actor, seeds)``
+    (the actor is the one filtered BC made, e.g. to tell the retry pass from the first)."""
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+
+    def install(edit=None):
+        def collect(envs, actor, seeds):
+            collection = real(envs, _ExpertActor(envs), seeds)
+            return collection if edit is None else edit(collection, envs, actor, seeds)
+
+        monkeypatch.setattr(fbc, "collect_round", collect)
+
+    return install
+
+
 @pytest.fixture(scope="module")
 def demo_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("demos") / "pick.hdf5"
@@ -472,12 +491,10 @@ def test_time_schedule_decays_to_zero_over_the_time_budget(bc_checkpoint, demo_f
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
-def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, monkeypatch, gamma):
+def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, tmp_path, expert_collects, gamma):
     import vlagym.rl.filtered_bc as fbc
 
-    real = fbc.collect_round
-    # the scripted expert collects, so that every try succeeds and the weighted buffer is trained on
-    monkeypatch.setattr(fbc, "collect_round", lambda envs, actor, seeds: real(envs, _ExpertActor(envs), seeds))
+    expert_collects()  # every try succeeds, so the weighted buffer is trained on
     cfg = _config(bc_checkpoint, demo_file, tmp_path / "run", group_size=2, weighting="state", eval_every=0,
                   gamma=gamma)  # fmt: skip
     result = train_filtered_bc(cfg)
@@ -506,20 +523,15 @@ def test_gripper_reopens_counts_closed_to_open_switches():
 
 
 def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
-    bc_checkpoint, demo_file, tmp_path, monkeypatch
+    bc_checkpoint, demo_file, tmp_path, expert_collects
 ):
-    import vlagym.rl.filtered_bc as fbc
+    def reopen_first(collection, envs, actor, seeds):  # the first success of a round re-opens its gripper
+        first = collection.successes[0]
+        closed = np.flatnonzero(first.actions[:, -1] > 0)
+        first.actions[closed[0] + 1, -1] = -1.0
+        return collection
 
-    real = fbc.collect_round
-
-    def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round re-opens
-        collection = real(envs, _ExpertActor(envs), seeds)
-        records, successes = collection.records, collection.successes
-        closed = np.flatnonzero(successes[0].actions[:, -1] > 0)
-        successes[0].actions[closed[0] + 1, -1] = -1.0
-        return collection._replace(records=records, successes=successes)
-
-    monkeypatch.setattr(fbc, "collect_round", collect)
+    expert_collects(reopen_first)
     kept = {}
     for limit in (None, 0):
         out = tmp_path / f"run_{limit}"
@@ -555,20 +567,15 @@ def test_recorder_keeps_the_reach_distance_at_the_first_close(expert_rollouts):
 
 
 def test_max_close_distance_keeps_successes_closed_far_away_out_of_the_buffer(
-    bc_checkpoint, demo_file, tmp_path, monkeypatch
+    bc_checkpoint, demo_file, tmp_path, expert_collects
 ):
-    import vlagym.rl.filtered_bc as fbc
-
-    real = fbc.collect_round
-
-    def collect(envs, actor, seeds):  # the expert succeeds every time; the first success of a round "closed" 9 cm off
-        collection = real(envs, _ExpertActor(envs), seeds)
+    def close_far(collection, envs, actor, seeds):  # the first success of a round "closed" 9 cm off
         successes = collection.successes
         successes[0] = dataclasses.replace(successes[0], close_distance=0.09)
         successes[1] = dataclasses.replace(successes[1], close_distance=None)  # a task without a reach distance
-        return collection._replace(successes=successes)
+        return collection
 
-    monkeypatch.setattr(fbc, "collect_round", collect)
+    expert_collects(close_far)
     kept = {}
     for limit in (None, 0.04):
         out = tmp_path / f"run_{limit}"
@@ -589,20 +596,16 @@ def test_max_close_distance_keeps_successes_closed_far_away_out_of_the_buffer(
     assert kept[0.04] == [[None], [None]]
 
 
-def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, demo_file, tmp_path, monkeypatch):
-    import vlagym.rl.filtered_bc as fbc
+def test_collect_env_kwargs_change_the_collection_scenes_alone(bc_checkpoint, demo_file, tmp_path, expert_collects):
     from vlagym.train.bc import demo_env
 
-    real = fbc.collect_round
     cups = []
 
-    def collect(envs, actor, seeds):  # the expert succeeds, so the rounds write rollout files
-        collection = real(envs, _ExpertActor(envs), seeds)
-        records, successes = collection.records, collection.successes
+    def count_cups(collection, envs, actor, seeds):  # the expert succeeds, so the rounds write rollout files
         cups.extend(sum(o.present and o.kind == "cup" for o in e.unwrapped.objects) for e in envs.envs)
-        return collection._replace(records=records, successes=successes)
+        return collection
 
-    monkeypatch.setattr(fbc, "collect_round", collect)
+    expert_collects(count_cups)
     out = tmp_path / "run"
     result = train_filtered_bc(_config(bc_checkpoint, demo_file, out, rounds=1, collect_env_kwargs={"num_cups": 3}))
     assert cups and set(cups) == {3}  # every collection scene holds three cups
@@ -626,26 +629,21 @@ def test_n_action_steps_sets_how_the_policy_acts_and_is_saved(bc_checkpoint, dem
     assert json.loads((bc_checkpoint / "config.json").read_text())["config"]["n_action_steps"] == 4
 
 
-def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, demo_file, tmp_path, monkeypatch):
-    import vlagym.rl.filtered_bc as fbc
-
-    real = fbc.collect_round
+def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, demo_file, tmp_path, expert_collects):
     calls, lengths = [], []
 
-    def collect(envs, actor, seeds):  # the expert succeeds every time; in the first pass, the second state's
-        # successes re-open the gripper, so max_gripper_reopens=0 drops them and leaves that state unsolved
+    def reopen_second_state(collection, envs, actor, seeds):  # in the first pass, the second state's successes
+        # re-open the gripper, so max_gripper_reopens=0 drops them and leaves that state unsolved
         calls.append((actor.first_try, actor.noise_std, actor.hold, list(seeds)))
-        collection = real(envs, _ExpertActor(envs), seeds)
-        records, successes = collection.records, collection.successes
-        lengths.extend(r.length for r in records)
+        lengths.extend(r.length for r in collection.records)
         if actor.first_try == 0:
-            for e in successes:
+            for e in collection.successes:
                 if e.seed == seeds[-1]:
                     closed = np.flatnonzero(e.actions[:, -1] > 0)
                     e.actions[closed[0] + 1, -1] = -1.0
-        return collection._replace(records=records, successes=successes)
+        return collection
 
-    monkeypatch.setattr(fbc, "collect_round", collect)
+    expert_collects(reopen_second_state)
     out = tmp_path / "run"
     cfg = _config(bc_checkpoint, demo_file, out, eval_every=0, episodes_per_round=4, group_size=2,
                   weighting="state", max_gripper_reopens=0, retry_noise_std=0.3, retry_noise_hold=5)  # fmt: skip
@@ -669,12 +667,11 @@ def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, 
     assert [c[0] for c in calls] == [0, 0]
 
 
-def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, monkeypatch):
+def test_advantage_weighting_trains_a_critic_and_resumes_exactly(bc_checkpoint, demo_file, tmp_path, expert_collects):
     import vlagym.rl.filtered_bc as fbc
     from vlagym.rl.advantage import read_states, states_path
 
-    real = fbc.collect_round
-    monkeypatch.setattr(fbc, "collect_round", lambda envs, actor, seeds: real(envs, _ExpertActor(envs), seeds))
+    expert_collects()
     common = dict(group_size=2, weighting="advantage", critic_updates=5, eval_every=0, lr_schedule="cosine")
     straight = train_filtered_bc(_config(bc_checkpoint, demo_file, tmp_path / "a", **common))
     assert straight["updates"] == 4
