@@ -63,6 +63,12 @@ class _ExpertActor:
         return self.expert(obs)
 
 
+def _reopen_after_first_close(episode):
+    """Make an episode's gripper open again one step after it first closed (in place)."""
+    closed = np.flatnonzero(episode.actions[:, -1] > 0)
+    episode.actions[closed[0] + 1, -1] = -1.0
+
+
 @pytest.fixture
 def expert_collects(monkeypatch):
     """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
@@ -526,9 +532,7 @@ def test_max_gripper_reopens_keeps_reopening_successes_out_of_the_buffer(
     bc_checkpoint, demo_file, tmp_path, expert_collects
 ):
     def reopen_first(collection, envs, actor, seeds):  # the first success of a round re-opens its gripper
-        first = collection.successes[0]
-        closed = np.flatnonzero(first.actions[:, -1] > 0)
-        first.actions[closed[0] + 1, -1] = -1.0
+        _reopen_after_first_close(collection.successes[0])
         return collection
 
     expert_collects(reopen_first)
@@ -639,8 +643,7 @@ def test_retry_pass_tries_the_states_left_without_a_kept_success(bc_checkpoint, 
         if actor.first_try == 0:
             for e in collection.successes:
                 if e.seed == seeds[-1]:
-                    closed = np.flatnonzero(e.actions[:, -1] > 0)
-                    e.actions[closed[0] + 1, -1] = -1.0
+                    _reopen_after_first_close(e)
         return collection
 
     expert_collects(reopen_second_state)
