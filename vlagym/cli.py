@@ -14,6 +14,9 @@
                                          ... plus correct / empty / swapped instruction runs and failure videos
     vlagym eval --suite vlagym-10 --policy CKPT --sequential-width 0.2
                                          ... each task x split stops once its 95% interval is at most 20 points wide
+    vlagym curve runs/rl --episodes 200 --seed 200000
+                                         test curve of a run: every checkpoint (and its start) on the same seeds,
+                                         success vs env steps and minutes, paired lifts (curve.json, .md, .png)
     vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
     vlagym compare A B                   paired comparison of two bundles (A - B with a 95% CI, McNemar's test)
@@ -57,6 +60,7 @@ from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
 from vlagym.eval import bench
 from vlagym.eval.bench import BenchConfig
+from vlagym.eval.curve import CURVE_JSON, CURVE_MD, CURVE_PNG, CurveConfig, CurveError, format_curve, run_curve
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
 from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
 from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes
@@ -415,12 +419,7 @@ def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
         raise UserError(f"{flag} runs with a benchmark protocol: add --suite NAME")
     d = EvalConfig.__dataclass_fields__
     tasks = [check_task(t) for t in args.tasks or []]
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        raise UserError(f"--env-kwargs is not valid JSON ({e.msg} at char {e.pos}): {args.env_kwargs!r}") from e
-    if not isinstance(env_kwargs, dict):
-        raise UserError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    env_kwargs = _json_object("--env-kwargs", args.env_kwargs)
     try:
         return EvalConfig(
             policy=args.policy,
@@ -453,6 +452,58 @@ def run_eval(cfg: EvalConfig) -> int:
         raise UserError(f"the env rejected --env-kwargs {json.dumps(cfg.env_kwargs)}: {e}") from e
     print(format_results(results))
     print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'} (folder {cfg.out})")
+    return EXIT_OK
+
+
+def _json_object(flag: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{flag} is not valid JSON ({e.msg} at char {e.pos}): {text!r}") from e
+    if not isinstance(value, dict):
+        raise UserError(f"{flag} must be a JSON object, got {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------- vlagym curve
+def curve_config(args: argparse.Namespace) -> CurveConfig:
+    """The `CurveConfig` of `vlagym curve` arguments."""
+    if args.start is not None and args.no_start:
+        raise UserError("give --start or --no-start, not both")
+    if args.n_action_steps is not None and args.temporal_ensemble:
+        raise UserError("give --n-action-steps or --temporal-ensemble, not both")
+    try:
+        return CurveConfig(
+            run=args.run,
+            out=args.out,
+            episodes=args.episodes,
+            num_envs=args.num_envs,
+            seed=args.seed,
+            env_kwargs=_json_object("--env-kwargs", args.env_kwargs),
+            every=args.every,
+            start=args.start,
+            include_start=not args.no_start,
+            vectorization=args.vectorization,
+            n_action_steps=args.n_action_steps,
+            temporal_ensemble=args.temporal_ensemble,
+            progress=not args.no_progress,
+        )
+    except CurveError as e:
+        raise UserError(str(e)) from e
+
+
+def run_curve_command(cfg: CurveConfig) -> int:
+    try:
+        curve = run_curve(cfg)
+    except (CurveError, EvalError) as e:
+        raise UserError(str(e)) from e
+    except (TypeError, ValueError) as e:  # env kwargs the task rejects (unknown name, bad value)
+        if not cfg.env_kwargs:
+            raise
+        raise UserError(f"the env rejected --env-kwargs {json.dumps(cfg.env_kwargs)}: {e}") from e
+    print(format_curve(curve))
+    out = cfg.out_dir
+    print(f"curve: {out / CURVE_JSON}, {out / CURVE_MD}, {out / CURVE_PNG} (one eval folder per point in {out})")
     return EXIT_OK
 
 
@@ -961,6 +1012,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demos_parser(sub)
     _add_dataset_parser(sub)
     _add_eval_parser(sub)
+    _add_curve_parser(sub)
     _add_bench_suite_parser(sub)
     _add_compare_parser(sub)
     _add_bench_parser(sub)
@@ -1377,6 +1429,47 @@ def _add_eval_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _add_curve_parser(sub) -> None:
+    d = {f.name: f.default for f in dataclasses.fields(CurveConfig)}
+    p = sub.add_parser(
+        "curve",
+        help="test curve of a training run: every checkpoint evaluated on the same seeds",
+        description="Evaluate each checkpoint of a train-bc or train-rl run folder, and the checkpoint it started "
+        "from, with `vlagym eval`'s protocol (episode i uses seed SEED+i), beside the round, env steps and "
+        "training minutes of each; every point's lift over the start is paired (95%% interval, McNemar's exact "
+        "p). Writes OUT/curve.json, OUT/curve.md, OUT/curve.png and one eval folder per point; points already "
+        "evaluated the same way are read back, not run again.",
+    )
+    p.add_argument("run", help="run folder (checkpoints/step_N inside)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/test_curve)")
+    p.add_argument("--episodes", type=int, default=d["episodes"], help="per point (default: %(default)s)")
+    p.add_argument("--num-envs", type=int, default=d["num_envs"], help="parallel sub-envs (default: %(default)s)")
+    p.add_argument(
+        "--seed", type=int, default=d["seed"], help="episode i uses seed+i at every point (default: %(default)s)"
+    )
+    p.add_argument("--env-kwargs", default="{}", help="JSON object overriding the checkpoints' env kwargs")
+    p.add_argument(
+        "--every", type=int, default=d["every"], help="every N-th checkpoint, and the last (default: %(default)s)"
+    )
+    p.add_argument(
+        "--start", default=None, help="checkpoint of point 0 (default: the BC checkpoint the run started from)"
+    )
+    p.add_argument("--no-start", action="store_true", help="no start point: the run's checkpoints alone")
+    p.add_argument(
+        "--vectorization", default=d["vectorization"], help="sync or async vector env (default: %(default)s)"
+    )
+    p.add_argument(
+        "--n-action-steps",
+        type=int,
+        default=None,
+        help="actions executed of each predicted chunk, no ensembling (default: each checkpoint's)",
+    )
+    p.add_argument(
+        "--temporal-ensemble", action="store_true", help="execute the temporal ensemble of the overlapping chunks"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def _add_demos_parser(sub) -> None:
     d = DemoConfig.__dataclass_fields__
     p = sub.add_parser(
@@ -1445,6 +1538,7 @@ def _config_from_args(
     | DemoConfig
     | DatasetConfig
     | EvalConfig
+    | CurveConfig
     | SuiteRunConfig
     | BenchSuiteConfig
     | CompareConfig
@@ -1458,6 +1552,8 @@ def _config_from_args(
 ):
     if args.command == "eval":
         return eval_config(args)
+    if args.command == "curve":
+        return curve_config(args)
     if args.command == "bench-suite":
         return BenchSuiteConfig(action=args.action, name=getattr(args, "name", ""), json=getattr(args, "json", False))
     if args.command == "report":
@@ -1498,6 +1594,7 @@ _RUNNERS: dict[type, Any] = {
     DemoConfig: run_demos,
     DatasetConfig: run_dataset,
     EvalConfig: run_eval,
+    CurveConfig: run_curve_command,
     SuiteRunConfig: run_suite_eval,
     BenchSuiteConfig: run_bench_suite,
     CompareConfig: run_compare,
