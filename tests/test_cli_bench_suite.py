@@ -178,3 +178,45 @@ def test_compare_plain_eval_results(bundle_dir, tmp_path, capsys):
     assert "only in A (first: task, split, seed = ('VLA-PickCup-v0', 'lighting', 100000))" in capsys.readouterr().err
     assert main(["compare", str(bundle_dir), str(tmp_path / "e1")]) == 2
     assert "B is vlagym eval results" in one_line_error(capsys, "compare")
+
+
+# ---------------------------------------------------------------------------- replicates
+def fail_half(doc) -> None:
+    """Fail the episodes of odd seeds: 4 of the 8 episodes."""
+    for by_split in doc["results"].values():
+        for cell in by_split.values():
+            for e in cell["episodes"]:
+                if e["seed"] % 2:
+                    e["success"] = e["success_at_end"] = False
+
+
+def test_replicates_pairs_each_run_and_averages_across_runs(bundle_dir, tmp_path, capsys):
+    base = edited(bundle_dir, tmp_path, "base", fail_all)
+    half = edited(bundle_dir, tmp_path, "half", fail_half)
+    assert main(["replicates", base, str(bundle_dir), half]) == 0
+    out = capsys.readouterr().out
+    assert f"| {bundle_dir}/bundle.json | 8 | 100.0% | 0.0% | +100.0 pts | [+42.8, +100.0] | 8 | 0 | 0.00781 |" in out
+    assert f"| {half}/bundle.json | 8 | 50.0% | 0.0% | +50.0 pts |" in out
+    # differences 100 and 50: mean 75, sd 35.36, half-width t(0.975, 1) 35.36 / sqrt(2) = 12.706 * 25 = 317.7
+    assert "mean difference over 2 runs: +75.0 pts (sd 35.4), 95% CI [-242.7, +392.7] (Student's t" in out
+    assert "mean success of the runs: 75.0% (sd 35.4)" in out and "baseline 0.0%" in out
+    assert main(["replicates", base, str(bundle_dir), half, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["test"]["a_only"] for r in doc["runs"]] == [8, 4]
+    assert doc["mean_difference"]["mean"] == pytest.approx(0.75) and doc["mean_difference"]["n"] == 2
+    assert doc["mean_difference"]["ci95"] == pytest.approx([0.75 - 12.7062 * 0.25, 0.75 + 12.7062 * 0.25], abs=1e-4)
+    assert main(["replicates", base, half, "--json"]) == 0  # one run: no spread, nulls rather than NaN
+    assert json.loads(capsys.readouterr().out)["mean_difference"]["sd"] is None
+    assert main(["replicates", base, half]) == 0
+    assert "one run: give more replicates" in capsys.readouterr().out
+
+
+def test_replicates_errors_name_the_run(bundle_dir, tmp_path, capsys):
+    short = edited(bundle_dir, tmp_path, "short", _drop_episode)
+    assert main(["replicates", str(bundle_dir), short]) == 2
+    err = one_line_error(capsys, "replicates")
+    assert f"{short} against the baseline {bundle_dir}" in err and "only in B" in err
+    assert main(["replicates", str(bundle_dir), short, short]) == 2
+    assert "a run is given twice" in one_line_error(capsys, "replicates")
+    assert main(["replicates", str(bundle_dir), str(bundle_dir), "--alpha", "2"]) == 2
+    assert "--alpha must be between 0 and 1" in one_line_error(capsys, "replicates")

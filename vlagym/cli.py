@@ -20,6 +20,8 @@
     vlagym report bench/pick             the bundle's self-contained HTML page (report.html)
     vlagym bench-suite list|show NAME    the benchmark protocols
     vlagym compare A B                   paired comparison of two bundles (A - B with a 95% CI, McNemar's test)
+    vlagym replicates BASE RUN1 RUN2 ... replicate runs against one baseline: per run, and the mean difference
+                                         with a t interval across the runs
     vlagym bench [--quick] [--sections env vector ...] [--out bench.json]
                                          speed benchmarks side by side: env vs raw physics, vector envs, dataset,
                                          BC training, policy latency, PPO (Markdown tables + JSON)
@@ -63,7 +65,7 @@ from vlagym.eval.bench import BenchConfig
 from vlagym.eval.curve import CURVE_JSON, CURVE_MD, CURVE_PNG, CurveConfig, CurveError, format_curve, run_curve
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
 from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
-from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes
+from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes, replicate_mean
 from vlagym.eval.suite_run import (
     BUNDLE_JSON,
     BUNDLE_MD,
@@ -661,6 +663,117 @@ def run_compare(cfg: CompareConfig) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- vlagym replicates
+@dataclass
+class ReplicatesConfig:
+    """Options of `vlagym replicates BASELINE RUN [RUN ...]`: replicate runs of one recipe against one baseline."""
+
+    baseline: str
+    """the baseline run (e.g. the BC checkpoint's evaluation): bundle or eval folder"""
+    runs: list[str]
+    """the replicate runs (e.g. one post-training seed each), same protocol and seeds as the baseline"""
+    metric: str = "success"
+    """the outcome compared: success (at any step) or success_at_end"""
+    alpha: float = ALPHA
+    """significance level of the per-run tests and of the interval across runs"""
+    json: bool = False
+    """print the result as JSON"""
+
+    def __post_init__(self) -> None:
+        _choice("--metric", self.metric, METRICS)
+        if not 0 < self.alpha < 1:
+            raise UserError(f"--alpha must be between 0 and 1, got {self.alpha}")
+        if not self.runs:
+            raise UserError("give at least one run beside the baseline")
+        if len(set(self.runs)) != len(self.runs):
+            raise UserError(f"a run is given twice: {self.runs}")
+
+
+def replicate_rows(cfg: ReplicatesConfig) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The baseline and, per run, (run, its paired test over all episodes against the baseline)."""
+    base = read_run(cfg.baseline, cfg.metric)
+    rows = []
+    for path in cfg.runs:
+        try:
+            run = read_run(path, cfg.metric)
+            check_comparable(run, base)
+            outcomes_run, outcomes_base, note = paired_outcomes(run, base)
+            if note:
+                raise PairingError(f"{note}; replicates need every run on the baseline's episodes")
+            rows.append((run, compare_outcomes(outcomes_run, outcomes_base, cfg.alpha)["all"]))
+        except PairingError as e:  # A is the run, B the baseline
+            raise PairingError(f"{path} against the baseline {cfg.baseline}: {e}") from e
+    return base, rows
+
+
+def format_replicates(base: Any, rows: list[tuple[Any, Any]], alpha: float) -> str:
+    """Markdown: one row per run (its paired difference to the baseline), then the mean over the runs."""
+    level = f"{100 * (1 - alpha):g}%"
+    lines = [
+        f"| run | n | run | baseline | difference | {level} CI | only run | only baseline | McNemar p |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run, t in rows:
+        lines.append(
+            f"| {run.path} | {t.n} | {t.a_rate:.1%} | {t.b_rate:.1%} | {100 * t.difference:+.1f} pts | "
+            f"[{100 * t.difference_ci95[0]:+.1f}, {100 * t.difference_ci95[1]:+.1f}] | {t.a_only} | {t.b_only} | "
+            f"{t.p_value:.3g} |"
+        )
+    differences = [100 * t.difference for _, t in rows]
+    diff = replicate_mean(differences, alpha)
+    rate = replicate_mean([100 * t.a_rate for _, t in rows], alpha)
+    lines.append("")
+    if diff.n == 1:
+        lines.append("one run: give more replicates for an interval across runs")
+        return "\n".join(lines)
+    lines += [
+        f"mean difference over {diff.n} runs: {diff.mean:+.1f} pts (sd {diff.sd:.1f}), {level} CI "
+        f"[{diff.ci95[0]:+.1f}, {diff.ci95[1]:+.1f}] (Student's t across runs, {diff.n - 1} df), "
+        f"t-test p {diff.p_value:.3g}",
+        f"mean success of the runs: {rate.mean:.1f}% (sd {rate.sd:.1f}), {level} CI [{rate.ci95[0]:.1f}, "
+        f"{rate.ci95[1]:.1f}]; baseline {100 * rows[0][1].b_rate:.1f}%",
+        f"runs at or above the mean: {sum(100 * t.difference >= diff.mean for _, t in rows)} of {diff.n}; "
+        f"smallest {min(differences):+.1f}, largest {max(differences):+.1f}",
+    ]
+    return "\n".join(lines)
+
+
+def run_replicates(cfg: ReplicatesConfig) -> int:
+    try:
+        base, rows = replicate_rows(cfg)
+    except PairingError as e:
+        raise UserError(str(e)) from e
+    if cfg.json:
+        diffs = [t.difference for _, t in rows]
+        doc = {
+            "baseline": {"path": base.path, "policy": base.policy},
+            "protocol": base.protocol,
+            "metric": cfg.metric,
+            "alpha": cfg.alpha,
+            "runs": [{"path": run.path, "policy": run.policy, "test": dataclasses.asdict(t)} for run, t in rows],
+            "mean_difference": _no_nan(dataclasses.asdict(replicate_mean(diffs, cfg.alpha))),
+            "mean_success": _no_nan(dataclasses.asdict(replicate_mean([t.a_rate for _, t in rows], cfg.alpha))),
+        }
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    print(f"baseline: {base.path} (policy {base.policy}); protocol: {base.protocol}; metric: {cfg.metric}")
+    print("per run: paired on the same episodes (Bonett-Price interval, McNemar's exact test)")
+    print()
+    print(format_replicates(base, rows, cfg.alpha))
+    return EXIT_OK
+
+
+def _no_nan(d: dict[str, Any]) -> dict[str, Any]:
+    """`d` with NaN numbers (and pairs of them) as null: JSON has no NaN (one run has no spread)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, (tuple, list)):
+            return [clean(x) for x in v]
+        return None if isinstance(v, float) and v != v else v
+
+    return {k: clean(v) for k, v in d.items()}
+
+
 # ---------------------------------------------------------------------------- vlagym bench
 @dataclass
 class BenchCompareConfig:
@@ -1015,6 +1128,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_curve_parser(sub)
     _add_bench_suite_parser(sub)
     _add_compare_parser(sub)
+    _add_replicates_parser(sub)
     _add_bench_parser(sub)
     p = sub.add_parser(
         "report",
@@ -1089,6 +1203,21 @@ def _add_compare_parser(sub) -> None:
     p.add_argument("--metric", default="success", help=f"one of {list(METRICS)} (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def _add_replicates_parser(sub) -> None:
+    p = sub.add_parser(
+        "replicates",
+        help="replicate runs of one recipe against one baseline: per run and on average (t interval across runs)",
+        description="Pair each RUN with BASELINE episode by episode (same protocol and seeds): its difference with "
+        "a 95%% interval and McNemar's exact p; then the mean difference over the runs with Student's t interval "
+        "across them, which holds the run-to-run spread that one run's interval leaves out.",
+    )
+    p.add_argument("baseline", help="baseline: bundle folder or bundle.json (or a vlagym eval folder / results.json)")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="replicate runs, e.g. one per training seed")
+    p.add_argument("--metric", default="success", help=f"one of {list(METRICS)} (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _add_train_bc_parser(sub) -> None:
@@ -1542,6 +1671,7 @@ def _config_from_args(
     | SuiteRunConfig
     | BenchSuiteConfig
     | CompareConfig
+    | ReplicatesConfig
     | BenchConfig
     | BenchCompareConfig
     | ReportConfig
@@ -1562,6 +1692,10 @@ def _config_from_args(
         return bench_config(args)
     if args.command == "compare":
         return CompareConfig(a=args.a, b=args.b, metric=args.metric, alpha=args.alpha, json=args.json)
+    if args.command == "replicates":
+        return ReplicatesConfig(
+            baseline=args.baseline, runs=list(args.runs), metric=args.metric, alpha=args.alpha, json=args.json
+        )
     if args.command == "quickstart":
         return quickstart_config(args)
     if args.command == "train-bc":
@@ -1598,6 +1732,7 @@ _RUNNERS: dict[type, Any] = {
     SuiteRunConfig: run_suite_eval,
     BenchSuiteConfig: run_bench_suite,
     CompareConfig: run_compare,
+    ReplicatesConfig: run_replicates,
     BenchConfig: run_bench,
     BenchCompareConfig: run_bench_compare,
     ReportConfig: run_report,

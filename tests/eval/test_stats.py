@@ -202,3 +202,49 @@ def test_can_stop_needs_min_episodes_and_a_narrow_interval():
         can_stop(1, 2, target_width=0)
     with pytest.raises(ValueError, match="min_episodes"):
         can_stop(1, 2, target_width=0.1, min_episodes=0)
+
+
+# ---------------------------------------------------------------------------- replicate runs
+@pytest.mark.parametrize(
+    "df, q975, q995",  # printed tables of Student's t (two-sided 95% and 99%)
+    [(1, 12.706, 63.657), (2, 4.303, 9.925), (3, 3.182, 5.841), (4, 2.776, 4.604), (9, 2.262, 3.250),
+     (29, 2.045, 2.756), (120, 1.980, 2.617)],
+)  # fmt: skip
+def test_t_quantiles_match_the_tables(df, q975, q995):
+    assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=6e-4)
+    assert stats.t_quantile(0.995, df) == pytest.approx(q995, abs=6e-4)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-q975, abs=6e-4)
+    assert stats.t_cdf(q975, df) == pytest.approx(0.975, abs=1e-4)
+
+
+def test_t_cdf_is_a_distribution_function():
+    assert stats.t_cdf(0.0, 3) == 0.5
+    grid = np.linspace(-20, 20, 81)
+    values = [stats.t_cdf(t, 2.5) for t in grid]
+    assert np.all(np.diff(values) > 0) and values[0] < 0.01 and values[-1] > 0.99
+    np.testing.assert_allclose([stats.t_cdf(-t, 2.5) for t in grid], 1 - np.array(values), atol=1e-12)
+    # one degree of freedom is the Cauchy distribution: F(t) = 1/2 + atan(t) / pi
+    np.testing.assert_allclose([stats.t_cdf(t, 1) for t in grid], 0.5 + np.arctan(grid) / np.pi, atol=1e-10)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        stats.t_cdf(1.0, 0)
+    with pytest.raises(ValueError, match="p must be"):
+        stats.t_quantile(1.0, 3)
+
+
+def test_replicate_mean_is_the_t_interval_across_runs():
+    r = stats.replicate_mean([26.5, 30.5, 24.0, 25.0])
+    sd = math.sqrt(((0.0**2) + 4.0**2 + 2.5**2 + 1.5**2) / 3)
+    assert (r.n, r.mean) == (4, 26.5) and r.sd == pytest.approx(sd)
+    half = 3.182446 * sd / 2
+    assert r.ci95 == pytest.approx((26.5 - half, 26.5 + half), abs=1e-5)
+    # the two-sided p of t = mean / (sd / sqrt(n)) on 3 df
+    assert r.p_value == pytest.approx(2 * (1 - stats.t_cdf(26.5 / (sd / 2), 3)))
+    wider = stats.replicate_mean([26.5, 30.5, 24.0, 25.0], alpha=0.01)
+    assert wider.ci95[0] < r.ci95[0] and wider.ci95[1] > r.ci95[1]
+    one = stats.replicate_mean([12.0])
+    assert one.mean == 12.0 and math.isnan(one.sd) and all(math.isnan(x) for x in one.ci95)
+    same = stats.replicate_mean([5.0, 5.0, 5.0])
+    assert same.ci95 == (5.0, 5.0) and math.isnan(same.p_value)
+    for bad in ([], [1.0, math.nan]):
+        with pytest.raises(ValueError):
+            stats.replicate_mean(bad)

@@ -17,6 +17,9 @@
   within each drawn task's splits. It answers "how different would the average be
   with other tasks of this kind and other seeds", which an interval over episodes
   alone understates.
+* `replicate_mean`: the mean of a quantity measured once per replicate run (e.g. each
+  post-training seed's lift over one baseline) with Student's t interval across the runs,
+  which holds the run-to-run spread as well as each run's episode noise.
 * `can_stop`: sequential evaluation, a task may stop once its Wilson interval is
   narrower than a requested width (after a minimum number of episodes).
 
@@ -197,6 +200,102 @@ def compare_outcomes(
         tests[task] = paired_test([a[k] for k in task_keys], [b[k] for k in task_keys], alpha)
     tests["all"] = paired_test([a[k] for k in keys], [b[k] for k in keys], alpha)
     return tests
+
+
+# ---------------------------------------------------------------------------- replicate runs
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), x in [0, 1]."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p for Student's t with `df` degrees of freedom (bisection on `t_cdf`)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class ReplicateMean:
+    """The mean of one number per replicate run, with Student's t interval across the runs."""
+
+    n: int
+    """runs"""
+    mean: float
+    sd: float
+    """sample standard deviation across the runs (n - 1 in the denominator); NaN for one run"""
+    ci95: tuple[float, float]
+    """mean +- t(1 - alpha / 2, n - 1) sd / sqrt(n); (NaN, NaN) for one run"""
+    p_value: float
+    """two-sided one-sample t-test of mean = 0; NaN for one run or no spread"""
+
+
+def replicate_mean(values: Sequence[float], alpha: float = ALPHA) -> ReplicateMean:
+    """Mean of `values` (one per independent run) with a t interval at level 1 - `alpha`.
+
+    Each value already carries its run's episode noise, so the spread across runs holds both the training
+    randomness and the evaluation's; the interval answers "what would another run of this recipe give on
+    average", which no single run's episode interval does. With few runs it is wide, as it should be.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError("replicate_mean needs a non-empty list of numbers")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"replicate values must be finite, got {list(values)}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    n, mean = len(x), float(x.mean())
+    if n == 1:
+        return ReplicateMean(n=1, mean=mean, sd=math.nan, ci95=(math.nan, math.nan), p_value=math.nan)
+    sd = float(x.std(ddof=1))
+    half = t_quantile(1 - alpha / 2, n - 1) * sd / math.sqrt(n)
+    p = 2.0 * t_cdf(-abs(mean) / (sd / math.sqrt(n)), n - 1) if sd > 0 else math.nan
+    return ReplicateMean(n=n, mean=mean, sd=sd, ci95=(mean - half, mean + half), p_value=p)
 
 
 # ---------------------------------------------------------------------------- suite average
