@@ -909,6 +909,7 @@ _FBC_OPTIONS = (
     "eval_seed", "collect_seed",
     "retry_noise_std", "retry_noise_hold", "max_episode_steps", "augment", "collect_env_kwargs",
     "n_action_steps", "hindsight", "hindsight_make_room", "close_delays",
+    "preference_weight", "preference_beta", "preference_pairs", "preference_chunks", "preference_rounds",
 )  # fmt: skip
 _FBC_ONLY = (
     "rounds",
@@ -938,6 +939,11 @@ _FBC_ONLY = (
     "hindsight",
     "hindsight_make_room",
     "close_delays",
+    "preference_weight",
+    "preference_beta",
+    "preference_pairs",
+    "preference_chunks",
+    "preference_rounds",
 )
 
 
@@ -1462,6 +1468,30 @@ def _add_train_rl_parser(sub) -> None:
         type=int,
         default=None,
         help="first collection seed; another value gives an independent replicate (default: 10000000)",
+    )
+    g.add_argument(
+        "--preference-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="weight of a DPO term on the tries of one state (each success against each failed try of its state; "
+        "needs --group-size >= 2; default: 0, successes only)",
+    )
+    g.add_argument("--preference-beta", type=float, default=None, help="--preference-weight: DPO's beta (default: 0.1)")
+    g.add_argument(
+        "--preference-pairs", type=int, default=None, help="--preference-weight: pairs per step (default: 8)"
+    )
+    g.add_argument(
+        "--preference-chunks",
+        type=int,
+        default=None,
+        help="--preference-weight: chunk starts per side of a pair per step (default: 2)",
+    )
+    g.add_argument(
+        "--preference-rounds",
+        type=int,
+        default=None,
+        help="--preference-weight: draw the pairs of the last N rounds (default: 3)",
     )
     g.add_argument(
         "--n-action-steps",

@@ -1,4 +1,4 @@
-"""Fixtures of the RL tests: tiny BC checkpoints, one torch thread."""
+"""Fixtures of the RL tests: tiny BC checkpoints, a tiny demo file, expert-collected rounds, one torch thread."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import make_bc_checkpoint
+from rl_helpers import TASK, ExpertActor, make_bc_checkpoint
+
+from vlagym.train.demos import DemoConfig, collect_demos
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +32,29 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def expert_collects(monkeypatch):
+    """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
+    ``expert_collects(edit)`` also passes each round's `Collection` through ``edit(collection, envs, actor, seeds)``
+    (the actor is the one filtered BC made, e.g. to tell the retry pass from the first)."""
+    import vlagym.rl.filtered_bc as fbc
+
+    real = fbc.collect_round
+
+    def install(edit=None):
+        def collect(envs, actor, seeds):
+            collection = real(envs, ExpertActor(envs), seeds)
+            return collection if edit is None else edit(collection, envs, actor, seeds)
+
+        monkeypatch.setattr(fbc, "collect_round", collect)
+
+    return install
+
+
+@pytest.fixture(scope="module")
+def demo_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "pick.hdf5"
+    collect_demos(DemoConfig(task=TASK, episodes=2, image_size=32, out=str(path), progress=False))
+    return path

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vlagym.eval.rollout import VectorExpert
 from vlagym.policies import VLAConfig, VLAPolicy
 from vlagym.wrappers.language import Tokenizer
 from vlagym.wrappers.normalize import NormStats
@@ -28,3 +29,19 @@ def make_bc_checkpoint(folder: Path, seed: int = 0, **overrides) -> Path:
             policy.head.bias.normal_(0.0, 0.5)
     policy.save_pretrained(folder, extra={"env_id": TASK, "env_kwargs": dict(ENV_KWARGS)})
     return folder
+
+
+class ExpertActor:
+    """The scripted experts with the (mask, seeds) reset collection calls."""
+
+    def __init__(self, envs):
+        self.expert = VectorExpert(envs)
+
+    def reset(self, mask, seeds=None):
+        self.expert.reset(mask)
+
+    def new_round(self):
+        pass  # deterministic: no tries to count
+
+    def __call__(self, obs):
+        return self.expert(obs)

@@ -129,6 +129,10 @@ def test_filtered_bc_then_eval(bc_checkpoint, tmp_path, in_tmp_dir, capsys):
         (["--algo", "filtered-bc", "--close-delays", "2", "2"], "close_delays repeats a delay"),
         (["--max-close-distance", "0.04"], "--max-close-distance apply only to --algo filtered-bc"),
         (["--algo", "filtered-bc", "--max-close-distance", "0"], "max_close_distance must be a finite number > 0"),
+        (["--preference-weight", "1"], "--preference-weight apply only to --algo filtered-bc"),
+        (["--algo", "filtered-bc", "--preference-weight", "1"], "it needs group_size >= 2 and noise_std > 0"),
+        (["--algo", "filtered-bc", "--preference-beta", "0"], "preference_beta must be a finite number > 0"),
+        (["--algo", "filtered-bc", "--preference-pairs", "0"], "preference_pairs"),
     ],
 )
 def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_dir, capsys):
@@ -136,3 +140,14 @@ def test_filtered_bc_user_errors(bc_checkpoint, extra, match, tmp_path, in_tmp_d
     assert main(argv) == EXIT_USAGE
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1
+
+
+def test_filtered_bc_preference_flags_reach_the_config(bc_checkpoint):
+    from vlagym.cli import build_parser, train_rl_config
+
+    argv = ["train-rl", "--algo", "filtered-bc", "--policy", str(bc_checkpoint), "--group-size", "4"]
+    argv += ["--preference-weight", "0.5", "--preference-beta", "0.2", "--preference-pairs", "4"]
+    argv += ["--preference-chunks", "3", "--preference-rounds", "2"]
+    cfg = train_rl_config(build_parser().parse_args(argv))
+    assert (cfg.preference_weight, cfg.preference_beta, cfg.preference_pairs) == (0.5, 0.2, 4)
+    assert (cfg.preference_chunks, cfg.preference_rounds, cfg.group_size) == (3, 2, 4)

@@ -13,13 +13,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from rl_helpers import ENV_KWARGS, TASK
+from rl_helpers import ENV_KWARGS, TASK, ExpertActor
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vlagym.eval.diagnostics import OUTCOMES
 from vlagym.eval.evaluate import EvalConfig, evaluate
-from vlagym.eval.rollout import VectorExpert, make_rollout_envs, run_episodes
+from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
 from vlagym.rl.filtered_bc import (
     FilteredBCConfig,
@@ -41,26 +41,9 @@ from vlagym.rl.filtered_bc import (
     write_rollouts,
 )
 from vlagym.train.dataset import DemoDataset
-from vlagym.train.demos import DemoConfig, collect_demos
 from vlagym.train.validate import check_dataset
 
 ENV = {"obs_mode": "rgb", **ENV_KWARGS}
-
-
-class _ExpertActor:
-    """The scripted experts with the (mask, seeds) reset collection calls."""
-
-    def __init__(self, envs):
-        self.expert = VectorExpert(envs)
-
-    def reset(self, mask, seeds=None):
-        self.expert.reset(mask)
-
-    def new_round(self):
-        pass  # deterministic: no tries to count
-
-    def __call__(self, obs):
-        return self.expert(obs)
 
 
 def _reopen_after_first_close(episode):
@@ -69,39 +52,13 @@ def _reopen_after_first_close(episode):
     episode.actions[closed[0] + 1, -1] = -1.0
 
 
-@pytest.fixture
-def expert_collects(monkeypatch):
-    """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
-    ``expert_collects(edit)`` also passes each round's `Collection` through ``edit(collection, envs, actor, seeds)``
-    (the actor is the one filtered BC made, e.g. to tell the retry pass from the first)."""
-    import vlagym.rl.filtered_bc as fbc
-
-    real = fbc.collect_round
-
-    def install(edit=None):
-        def collect(envs, actor, seeds):
-            collection = real(envs, _ExpertActor(envs), seeds)
-            return collection if edit is None else edit(collection, envs, actor, seeds)
-
-        monkeypatch.setattr(fbc, "collect_round", collect)
-
-    return install
-
-
-@pytest.fixture(scope="module")
-def demo_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("demos") / "pick.hdf5"
-    collect_demos(DemoConfig(task=TASK, episodes=2, image_size=32, out=str(path), progress=False))
-    return path
-
-
 def _expert_round(tmp_path_factory, seeds):
     """`collect_round` on 2 collection sub-envs with the scripted experts acting: (records, successes, states,
     hindsight replays)."""
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[])
     envs = make_collection_envs(cfg, ENV)
     try:
-        return collect_round(envs, _ExpertActor(envs), seeds)[:4]
+        return collect_round(envs, ExpertActor(envs), seeds)[:4]
     finally:
         envs.close()
 
@@ -153,7 +110,7 @@ def test_on_step_sees_every_vector_step():
     envs = make_rollout_envs(TASK, 2, **ENV)
     seen = []
     try:
-        actor = _ExpertActor(envs)
+        actor = ExpertActor(envs)
         records = run_episodes(envs, actor, [0, 1, 2], on_episode_start=actor.reset, progress=False,
                                on_step=lambda info: seen.append(info))  # fmt: skip
     finally:
@@ -168,7 +125,7 @@ def test_collection_time_limit_ends_episodes_early(tmp_path_factory):
     cfg = FilteredBCConfig(policy=_tiny_checkpoint(tmp_path_factory), n_envs=2, demos=[], max_episode_steps=7)
     envs = make_collection_envs(cfg, ENV)
     try:
-        records, successes, states, *_ = collect_round(envs, _ExpertActor(envs), [0, 1, 2])
+        records, successes, states, *_ = collect_round(envs, ExpertActor(envs), [0, 1, 2])
     finally:
         envs.close()
     assert [(r.seed, r.length, r.success) for r in records] == [(0, 7, False), (1, 7, False), (2, 7, False)]

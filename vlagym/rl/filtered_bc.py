@@ -130,6 +130,18 @@ from vlagym.rl.advantage import (
 )
 from vlagym.rl.envs import VECTORIZATION_MODES
 from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
+from vlagym.rl.preference import (
+    FAILURE_KEY,
+    PairBank,
+    build_bank,
+    draw_pairs,
+    pair_batch,
+    pair_tries,
+    pairs_path,
+    preference_loss,
+    read_bank,
+    write_bank,
+)
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
 from vlagym.train.bc import (
@@ -169,6 +181,7 @@ HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target'
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
 CRITIC_BATCH = 256
+PREFERENCE_STREAM = 0xD90  # round r's preference pair draws come from default_rng([seed, r, PREFERENCE_STREAM])
 RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras", "max_episode_steps")
 # what a batch item holds (DemoDataset items carry more: index, task, ...)
 _LOWDIM = (PROPRIO_KEY, "action", "action_is_pad", "instruction")
@@ -278,6 +291,20 @@ class FilteredBCConfig:
     replay restarts from the simulator's state at the close (nothing before it runs again) and ends at a
     success, when the gripper opens again, or at the episode's length. Aimed at grasps closed too early (too
     high on the object, or before reaching it). E.g. [2, 4, 6, 8]; []: off. Any task"""
+    preference_weight: float = 0.0
+    """weight of a pairwise preference term (DPO) on the tries of one state, beside the BC loss: each success
+    of a state is paired with each failed try of the same state (needs `group_size` > 1 and `noise_std` > 0),
+    and the policy's chunk is pulled toward the success's executed actions and away from the failure's, relative
+    to the policy that collected them, until it prefers the success (`vlagym.rl.preference`); 0: off (successes
+    only, as plain filtered BC). Needs an "l1" head acting open loop"""
+    preference_beta: float = 0.1
+    """DPO's beta: the scale of the log-likelihood-ratio margin inside the sigmoid"""
+    preference_pairs: int = 8
+    """pairs per optimiser step"""
+    preference_chunks: int = 2
+    """chunk starts drawn of each side of a pair per step"""
+    preference_rounds: int = 3
+    """pairs of the last this many rounds are drawn"""
     updates_per_round: int = 300
     """optimiser steps per round"""
     batch_size: int = 64
@@ -409,8 +436,18 @@ class FilteredBCConfig:
             ("critic_updates", 1),
             ("eval_num_envs", 1),
             ("eval_seed", 0),
+            ("preference_pairs", 1),
+            ("preference_chunks", 1),
+            ("preference_rounds", 1),
         ):
             check_int(name, getattr(self, name), low)
+        check_float("preference_weight", self.preference_weight, 0.0)
+        check_float("preference_beta", self.preference_beta, 0.0, low_open=True)
+        if self.preference_weight > 0 and (self.group_size < 2 or self.noise_std == 0):
+            raise ValueError(
+                "preference_weight > 0 pairs the tries of one state: it needs group_size >= 2 and noise_std > 0, "
+                f"got group_size={self.group_size}, noise_std={self.noise_std}"
+            )
         if self.episodes_per_round % self.group_size:
             raise ValueError(
                 f"episodes_per_round ({self.episodes_per_round}) must be a multiple of group_size ({self.group_size})"
@@ -556,13 +593,22 @@ class _RolloutRecorder(gym.Wrapper):
     copy of the simulator's data (`mujoco.MjData`) from just before the first closing command, and each such
     replay resets the env (the same seed: the wrappers' and the task's episode state), copies that data back,
     and steps on from there, so it continues the episode exactly and nothing before the close runs again.
-    The sub-env is left in the last replay's state: the collection resets it before its next episode."""
+    The sub-env is left in the last replay's state: the collection resets it before its next episode.
+
+    With `record_failures`, a failed episode is handed over as well, in ``info[FAILURE_KEY]`` (what the
+    preference term pairs with the successes of the same state)."""
 
     def __init__(
-        self, env: gym.Env, hindsight: bool = False, make_room: bool = False, close_delays: tuple[int, ...] = ()
+        self,
+        env: gym.Env,
+        hindsight: bool = False,
+        make_room: bool = False,
+        close_delays: tuple[int, ...] = (),
+        record_failures: bool = False,
     ):
         super().__init__(env)
         self.hindsight, self.make_room = bool(hindsight), bool(make_room)
+        self.record_failures = bool(record_failures)
         self.close_delays = tuple(int(k) for k in close_delays)
         self._seed: int | None = None
         self._steps: list[dict[str, Any]] = []
@@ -610,6 +656,8 @@ class _RolloutRecorder(gym.Wrapper):
         if terminated or truncated:
             if self._success:
                 info[RECORD_KEY] = self._episode(self._steps)
+            elif self.record_failures:
+                info[FAILURE_KEY] = self._episode(self._steps)
             info[STATES_KEY] = EpisodeStates(
                 seed=int(self._seed) if self._seed is not None else -1,
                 state=np.stack([s["state"] for s in self._steps]),
@@ -813,6 +861,7 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
             hindsight=cfg.hindsight,
             make_room=cfg.hindsight_make_room,
             close_delays=tuple(cfg.close_delays),
+            record_failures=cfg.preference_weight > 0,
         )
     ]
     if cfg.vectorization == "async":
@@ -874,6 +923,8 @@ class Collection(NamedTuple):
     """each failed episode's hindsight replay (when the recorders run them)"""
     delayed: list[HindsightReplay]
     """each failed episode's delayed-close replays (when the recorders run them)"""
+    failures: list[RolloutEpisode] = []
+    """the failed episodes (when the recorders hand them over: `record_failures`)"""
 
 
 def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False) -> Collection:
@@ -886,6 +937,7 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
     states: dict[int, list[EpisodeStates]] = {}
     replays: dict[int, list[HindsightReplay]] = {}
     delays: dict[int, list[HindsightReplay]] = {}
+    failures: dict[int, list[RolloutEpisode]] = {}
 
     def keep(info: dict[str, Any], key: str, kind: type, into: dict[int, list[Any]]) -> None:
         if key not in info:
@@ -900,10 +952,11 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         keep(info, STATES_KEY, EpisodeStates, states)
         keep(info, HINDSIGHT_KEY, HindsightReplay, replays)
         keep(info, DELAY_KEY, HindsightReplay, delays)
+        keep(info, FAILURE_KEY, RolloutEpisode, failures)
 
     actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
-    for tries in episodes.values():
+    for tries in (*episodes.values(), *failures.values()):
         tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
     for tries in states.values():
         tries.sort(key=lambda e: (len(e.state), not e.success, e.state.tobytes()))
@@ -914,7 +967,8 @@ def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int],
         for tries in found.values():
             tries.sort(key=_replay_order)
         failed.append([found[r.seed].pop(0) for r in records if not r.success and found.get(r.seed)])
-    return Collection(records, successes, episode_states, *failed)
+    lost = [failures[r.seed].pop(0) for r in records if not r.success and failures.get(r.seed)]
+    return Collection(records, successes, episode_states, *failed, lost)
 
 
 def _replay_order(replay: HindsightReplay) -> tuple[Any, ...]:
@@ -1178,6 +1232,21 @@ def _write_checkpoint(
     return final
 
 
+def _pair_window(cfg: FilteredBCConfig, out: Path, r: int, banks: dict[int, PairBank]) -> list[PairBank]:
+    """The pair banks of rounds r - preference_rounds + 1 .. r, read from their files when not in `banks` (a
+    resumed run); older banks leave `banks`. Empty without the preference term."""
+    if cfg.preference_weight <= 0:
+        return []
+    first = r - cfg.preference_rounds + 1
+    for k in [k for k in banks if k < first]:
+        del banks[k]
+    for k in range(max(first, 0), r + 1):
+        path = pairs_path(rollout_path(out, k))
+        if k not in banks and path.is_file():
+            banks[k] = read_bank(path)
+    return [banks[k] for k in sorted(banks)]
+
+
 def _advantage_sample_weights(
     cfg: FilteredBCConfig,
     out: Path,
@@ -1283,6 +1352,11 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
         policy.vision.requires_grad_(False)
         policy.text.requires_grad_(False)
     pc = policy.config
+    if cfg.preference_weight > 0 and (pc.head != "l1" or pc.temporal_ensemble):
+        raise ValueError(
+            "preference_weight > 0 needs a policy with a mean chunk executed open loop (head 'l1', no temporal "
+            f"ensemble); {cfg.policy} has head {pc.head!r}, temporal_ensemble={pc.temporal_ensemble}"
+        )
     env_kwargs = {"obs_mode": "rgb", "image_size": pc.image_size, "cameras": list(pc.cameras)}
     env_kwargs.update(ckpt_extra.get("env_kwargs") or {})
     env_kwargs.update(cfg.env_kwargs)
@@ -1302,6 +1376,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     progress = _Progress()
     critic, critic_opt = None, None  # "advantage" weighting: made on the first round's states
     success_states: dict[int, list[np.ndarray]] = {}  # round -> its successes' privileged states, read once
+    banks: dict[int, PairBank] = {}  # round -> its preference pairs (the last preference_rounds rounds')
     last = latest_checkpoint(out) if cfg.resume else None
     if last is not None:
         state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
@@ -1364,19 +1439,25 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             policy.eval()
             seeds = round_seeds(cfg, r)
             policy_s = actor.seconds + (retry_actor.seconds if retry_actor else 0.0)
-            records, successes, episode_states, replays, delayed = collect_round(envs, actor, seeds)
+            records, successes, episode_states, replays, delayed, failures = collect_round(envs, actor, seeds)
             reopens = [gripper_reopens(e.actions) for e in successes]
             close_distances = [e.close_distance for e in successes if e.close_distance is not None]
             successes = _without_reopens(successes, reopens, cfg.max_gripper_reopens)
             first_kept = len(successes)
             successes = _near_closes(successes, cfg.max_close_distance)
             far_closes = {"rollout": first_kept - len(successes)}
+            new_pairs = 0
+            if cfg.preference_weight > 0:  # each kept success beside each failed try of its state
+                bank = build_bank(pair_tries(successes, failures), acting)
+                if bank is not None:
+                    write_bank(pairs_path(rollout_path(out, r)), bank)
+                    banks[r], new_pairs = bank, len(bank)
             retry_records: list[Any] = []
             retry_kept: list[RolloutEpisode] = []
             solved = {e.seed for e in successes}
             unsolved = [s for s in dict.fromkeys(seeds) if s not in solved]
             if retry_actor is not None and unsolved:  # the states with no kept success: wider, held noise
-                retry_records, retried, retry_states, retry_replays, retry_delayed = collect_round(
+                retry_records, retried, retry_states, retry_replays, retry_delayed, _ = collect_round(
                     envs, retry_actor, [s for s in unsolved for _ in range(cfg.group_size)]
                 )
                 replays, delayed = replays + retry_replays, delayed + retry_delayed
@@ -1404,6 +1485,8 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
             for dataset in (demos, buffer):
                 if dataset is not None:
                     dataset.set_epoch(r)
+            pair_banks = _pair_window(cfg, out, r, banks)
+            pref_rng = np.random.default_rng([cfg.seed, r, PREFERENCE_STREAM])
             critic_metrics: dict[str, float] = {}
             if cfg.weighting == "advantage":
                 tc = time.perf_counter()
@@ -1443,20 +1526,28 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 mixture = _Mixture(demos, buffer, cfg.demo_fraction, cfg.batch_size, sample_weights)
                 draw = functools.partial(mixture.batch, rng)
             policy.train()
-            losses = []
+            losses, pref_stats = [], []
             with _Prefetch(draw, updates, depth=2 if cfg.prefetch else 0) as batches:
                 for batch in batches:
                     lr = cfg.lr * _lr_factor(cfg, progress.updates, progress.train_s + time.perf_counter() - t0)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
-                    loss, _metrics = policy(batch)
+                    bc_loss, _metrics = policy(batch)
+                    loss = bc_loss
+                    if pair_banks:
+                        drawn = draw_pairs(pref_rng, pair_banks, cfg.preference_pairs, cfg.preference_chunks)
+                        pref, pref_metrics = preference_loss(
+                            policy, pair_batch(policy, pair_banks, drawn), cfg.noise_std, cfg.preference_beta
+                        )
+                        loss = bc_loss + cfg.preference_weight * pref
+                        pref_stats.append((float(pref.detach()), pref_metrics["margin"], pref_metrics["accuracy"]))
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
                     optimizer.step()
                     if ema is not None:
                         _ema_update(ema, policy, cfg.ema)
-                    losses.append(float(loss.detach()))
+                    losses.append(float(bc_loss.detach()))
                     progress.updates += 1
             policy.eval()
             t2 = time.perf_counter()
@@ -1527,6 +1618,14 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                 writer.add_scalar("train/lr", lr, progress.updates)
             for name, value in critic_metrics.items():
                 writer.add_scalar(f"critic/{name}", value, progress.updates)
+            if cfg.preference_weight > 0:  # the pairs of a success and a failed try of one state
+                writer.add_scalar("preference/pairs_new", new_pairs, progress.updates)
+                writer.add_scalar("preference/pairs", sum(len(b) for b in pair_banks), progress.updates)
+                if pref_stats:
+                    for i, name in enumerate(("loss", "margin", "accuracy")):
+                        writer.add_scalar(
+                            f"preference/{name}", float(np.mean([x[i] for x in pref_stats])), progress.updates
+                        )
             writer.add_scalar("time/collect_s", t1 - t0, progress.updates)
             # the collection split: choosing actions (VLA inference, noise) vs the rest (stepping the sub-envs:
             # simulation, rendering, the recorder; writing the round's file)
