@@ -1477,7 +1477,7 @@ def _add_train_rl_parser(sub) -> None:
         help="weight of a DPO term on the tries of one state (each success against each failed try of its state; "
         "needs --group-size >= 2; default: 0, successes only)",
     )
-    g.add_argument("--preference-beta", type=float, default=None, help="--preference-weight: DPO's beta (default: 0.1)")
+    g.add_argument("--preference-beta", type=float, default=None, help="--preference-weight: DPO's beta (default: 1)")
     g.add_argument(
         "--preference-pairs", type=int, default=None, help="--preference-weight: pairs per step (default: 8)"
     )

@@ -297,8 +297,11 @@ class FilteredBCConfig:
     and the policy's chunk is pulled toward the success's executed actions and away from the failure's, relative
     to the policy that collected them, until it prefers the success (`vlagym.rl.preference`); 0: off (successes
     only, as plain filtered BC). Needs an "l1" head acting open loop"""
-    preference_beta: float = 0.1
-    """DPO's beta: the scale of the log-likelihood-ratio margin inside the sigmoid"""
+    preference_beta: float = 1.0
+    """DPO's beta: the scale of the log-likelihood-ratio margin inside the sigmoid. The log-ratios are means over
+    steps with 1 / (2 sigma^2) = 50 per squared normalised unit at sigma 0.1, so a move of the chunk by one noise
+    std already changes them by about 1, and beta 1 saturates the term there (LLM practice, 0.1 on sums over
+    tens of tokens, is 1 to 5 on means)"""
     preference_pairs: int = 8
     """pairs per optimiser step"""
     preference_chunks: int = 2
