@@ -36,7 +36,11 @@ for the grasps closed too early (too high on the object). With ``max_close_dista
 replayed) whose gripper first closed farther than that from the task's reach point is dropped: the lucky grasps
 at a cup's rim are not imitated. ``weighting="advantage"`` weighs each step of a success by
 exp(A / beta) instead, with A from a success critic on the privileged state trained on every collection episode
-(failures included; `vlagym.rl.advantage`). A recorder inside each sub-env (it works in async vector envs
+(failures included; `vlagym.rl.advantage`). With ``preference_weight`` > 0 the failures teach too: each
+kept success of a state is paired with each failed try of the same state, and a DPO term (weighted by
+`preference_weight`, beside the BC loss) pulls the policy's chunks toward the success's executed actions and
+away from the failure's, relative to the policy that collected them (`vlagym.rl.preference`). A recorder inside
+each sub-env (it works in async vector envs
 too) keeps what the demos layout holds, and the successful episodes of round r are written as a demo file,
 ``OUT/rollouts/round_<r>.hdf5`` (`vlagym dataset check` accepts it; `vlagym train-bc` can train on it).
 
@@ -50,6 +54,8 @@ Outputs of a run folder ``OUT``:
     OUT/rl_config.json                       the `FilteredBCConfig`
     OUT/rollouts/round_<r>.hdf5              the successful episodes of round r (demos layout)
     OUT/rollouts/round_<r>.states.npz        "advantage" weighting: every episode's privileged states and outcome
+    OUT/rollouts/round_<r>.pairs.npz         preference_weight > 0: the round's (success, failed try) pairs of one
+                                             state, as `vlagym.rl.preference.PairBank`
     OUT/tb/                                  TensorBoard: rollout/success_rate and rollout/outcome_* (how the
                                              noisy collection episodes ended: dropped, never_reached, ...),
                                              rollout/success_reopen_share and rollout/successes_filtered (the
@@ -68,7 +74,9 @@ Outputs of a run folder ``OUT``:
                                              rollout/success_close_distance_p50 (the median reach distance
                                              at the successes' first close) and far_close/* (the successes
                                              max_close_distance dropped, by source: rollout, retry,
-                                             hindsight, delay)
+                                             hindsight, delay), preference/* (preference_weight > 0: the
+                                             pairs made this round and drawn from, the DPO loss, its mean margin
+                                             and the share of pairs ordered right)
     OUT/checkpoints/step_<n>/                n = optimiser steps; model.safetensors + config.json (a VLA
                                              checkpoint `vlagym eval` loads), training_state.pt
     OUT/checkpoints/last.json                the latest complete checkpoint (one per round)
