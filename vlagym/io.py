@@ -28,6 +28,35 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """`data` written to `path` atomically (as `atomic_write_text`)."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_npz(path: str | os.PathLike, arrays: dict[str, Any], compressed: bool = False) -> Path:
+    """`arrays` as one ``.npz`` (`numpy.savez`, or `numpy.savez_compressed`), written atomically; the parent folder
+    is made when missing."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:  # a file object: savez would append ".npz" to a name without it
+            (np.savez_compressed if compressed else np.savez)(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     """`obj` as JSON (plus a final newline), written atomically."""
     return atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")

@@ -39,7 +39,7 @@ from vlagym.eval.evaluate import (
     read_checkpoint_config,
 )
 from vlagym.eval.stats import paired_test, wilson_interval
-from vlagym.io import atomic_write_json, atomic_write_text, temp_path
+from vlagym.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -371,12 +371,4 @@ def curve_png(curve: dict[str, Any]) -> bytes | None:
 def write_curve_png(path: Path, curve: dict[str, Any]) -> Path | None:
     """Write `curve_png` to `path` atomically; None (and nothing written) when there is nothing to plot."""
     data = curve_png(curve)
-    if data is None:
-        return None
-    tmp = temp_path(path)
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return None if data is None else atomic_write_bytes(path, data)

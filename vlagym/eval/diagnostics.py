@@ -289,14 +289,6 @@ def heatmap_png(matrix: np.ndarray, tasks: Sequence[str], splits: Sequence[str],
 
 def write_heatmap(path: str | Path, results: Mapping[str, Any], splits: Sequence[str], title: str = "") -> Path:
     """Write the heatmap of a bundle's `results` to `path` atomically."""
-    from vlagym.io import temp_path
+    from vlagym.io import atomic_write_bytes
 
-    path = Path(path)
-    data = heatmap_png(success_matrix(results, splits), list(results), splits, title)
-    tmp = temp_path(path)
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_bytes(path, heatmap_png(success_matrix(results, splits), list(results), splits, title))

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from vlagym.io import atomic_write_npz
 from vlagym.train.dataset import _complete_demos
 
 STATES_KEY = "rollout_states"  # the info key the in-env recorder fills at the end of every episode
@@ -115,14 +116,7 @@ def write_states(path: Path, episodes: list[EpisodeStates]) -> None:
         "seed": np.array([e.seed for e in episodes], np.int64),
         "lengths": lengths,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_npz(path, arrays)
 
 
 def read_states(paths: list[Path]) -> dict[str, np.ndarray]:

@@ -28,7 +28,6 @@ the term.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from vlagym.io import atomic_write_npz
 from vlagym.policies.vla import VLAPolicy
 
 if TYPE_CHECKING:
@@ -167,14 +167,7 @@ def write_bank(path: Path, bank: PairBank) -> None:
     """`bank` as one compressed npz, written to a temporary name and renamed."""
     arrays = {f.name: getattr(bank, f.name) for f in fields(PairBank) if f.name != "images"}
     arrays.update({f"images/{cam}": img for cam, img in bank.images.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_npz(path, arrays, compressed=True)
 
 
 def read_bank(path: Path) -> PairBank:
