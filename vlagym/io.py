@@ -17,19 +17,14 @@ def temp_path(path: Path) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` via a temp file and `os.replace`: readers see the old or the new file, never a part."""
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """Write `text` (UTF-8) to `path` via a temp file and `os.replace`: readers see the old or the new file, never a
+    part."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """`data` written to `path` atomically (as `atomic_write_text`)."""
+    """`data` written to `path` via a temp file and `os.replace`: readers see the old or the new file, never a
+    part."""
     path = Path(path)
     tmp = temp_path(path)
     try:

@@ -98,21 +98,17 @@ def test_bank_round_trips_through_its_file(bc_checkpoint, tmp_path):
     assert not list(path.parent.glob(".*tmp*"))
 
 
+def _first_action(policy, episode, t=0):
+    """The first action of the chunk `policy` predicts at step `t` of `episode` (env units)."""
+    obs = {"images": {c: episode.images[c][t] for c in episode.images}, "proprio": episode.proprio[t]}
+    return policy.predict_action_chunk(policy.batch_from_obs({**obs, "instruction": episode.instruction}))[0, 0].numpy()
+
+
 def test_the_loss_starts_at_log_2_and_moves_the_chunk_toward_the_success(bc_checkpoint):
     torch.manual_seed(0)
     policy = VLAPolicy.from_pretrained(bc_checkpoint)
-    rng = np.random.default_rng(3)
-    with torch.no_grad():
-        first = _episode(5, 4, rng)  # the observation both tries start from
-        mean = policy.predict_action_chunk(
-            policy.batch_from_obs(
-                {
-                    "images": {c: first.images[c][0] for c in first.images},
-                    "proprio": first.proprio[0],
-                    "instruction": first.instruction,
-                }
-            )  # fmt: skip
-        )[0, 0].numpy()
+    first = _episode(5, 4, np.random.default_rng(3))  # the observations both tries went through
+    mean = _first_action(policy, first)
     scale = policy.action_scale.numpy()
     push = np.zeros(7, np.float32)
     push[0] = 0.1 * scale[0]  # one noise std along x, in env units
@@ -131,17 +127,7 @@ def test_the_loss_starts_at_log_2_and_moves_the_chunk_toward_the_success(bc_chec
         loss.backward()
         optimizer.step()
     assert float(loss.detach()) < np.log(2) - 0.05 and metrics["accuracy"] == 1.0
-    with torch.no_grad():
-        moved = policy.predict_action_chunk(
-            policy.batch_from_obs(
-                {
-                    "images": {c: first.images[c][0] for c in first.images},
-                    "proprio": first.proprio[0],
-                    "instruction": first.instruction,
-                }
-            )  # fmt: skip
-        )[0, 0].numpy()
-    assert moved[0] > mean[0]  # toward the success's +x
+    assert _first_action(policy, first)[0] > mean[0]  # toward the success's +x
 
 
 def test_draws_are_seeded_and_stay_within_each_side(bc_checkpoint):
