@@ -347,6 +347,7 @@ def curve_png(curve: dict[str, Any]) -> bytes | None:
 
     matplotlib.use("Agg", force=False)  # never opens a window; leaves an already-chosen backend alone
     from matplotlib.figure import Figure  # a bare Figure: no pyplot global state
+    from matplotlib.ticker import EngFormatter
 
     rate = [100 * p["success_rate"] for p in points]
     err = [
@@ -359,6 +360,7 @@ def curve_png(curve: dict[str, Any]) -> bytes | None:
         ax.errorbar([p[key] for p in points], rate, yerr=err, marker="o", capsize=3)
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
+    axes[0].xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, not 100000 (the labels would overlap)
     axes[0].set_ylabel(f"success, % ({curve['protocol']['episodes']} episodes)")
     axes[0].set_ylim(0, 100)
     fig.suptitle(f"{curve['run']}: seeds from {curve['protocol']['seed']}", fontsize=10)
