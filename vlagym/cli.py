@@ -421,7 +421,7 @@ def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
         raise UserError(f"{flag} runs with a benchmark protocol: add --suite NAME")
     d = EvalConfig.__dataclass_fields__
     tasks = [check_task(t) for t in args.tasks or []]
-    env_kwargs = _json_object("--env-kwargs", args.env_kwargs)
+    env_kwargs = _env_kwargs_arg(args.env_kwargs)
     try:
         return EvalConfig(
             policy=args.policy,
@@ -457,16 +457,6 @@ def run_eval(cfg: EvalConfig) -> int:
     return EXIT_OK
 
 
-def _json_object(flag: str, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{flag} is not valid JSON ({e.msg} at char {e.pos}): {text!r}") from e
-    if not isinstance(value, dict):
-        raise UserError(f"{flag} must be a JSON object, got {text!r}")
-    return value
-
-
 # ---------------------------------------------------------------------------- vlagym curve
 def curve_config(args: argparse.Namespace) -> CurveConfig:
     """The `CurveConfig` of `vlagym curve` arguments."""
@@ -481,7 +471,7 @@ def curve_config(args: argparse.Namespace) -> CurveConfig:
             episodes=args.episodes,
             num_envs=args.num_envs,
             seed=args.seed,
-            env_kwargs=_json_object("--env-kwargs", args.env_kwargs),
+            env_kwargs=_env_kwargs_arg(args.env_kwargs),
             every=args.every,
             start=args.start,
             include_start=not args.no_start,

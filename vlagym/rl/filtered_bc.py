@@ -99,7 +99,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -934,7 +934,7 @@ class Collection(NamedTuple):
     """each failed episode's hindsight replay (when the recorders run them)"""
     delayed: list[HindsightReplay]
     """each failed episode's delayed-close replays (when the recorders run them)"""
-    failures: list[RolloutEpisode] = []
+    failures: Sequence[RolloutEpisode] = ()
     """the failed episodes (when the recorders hand them over: `record_failures`)"""
 
 

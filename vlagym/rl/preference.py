@@ -100,7 +100,7 @@ def build_bank(pairs: Sequence[tuple[Any, Any]], policy: VLAPolicy) -> PairBank 
     if cfg.temporal_ensemble:
         raise ValueError("the preference term needs chunks executed open loop, not the temporal ensemble")
     n = cfg.n_action_steps
-    rows: dict[tuple[int, int, int], int] = {}  # (episode id, chunk start, compared length) -> sample row
+    row_of: dict[tuple[int, int, int], int] = {}  # (episode id, chunk start, compared length) -> sample row
     samples: list[tuple[Any, int, int]] = []  # (episode, chunk start, compared length)
     won, lost = [], []
     for w, f in pairs:
@@ -110,10 +110,10 @@ def build_bank(pairs: Sequence[tuple[Any, Any]], policy: VLAPolicy) -> PairBank 
             side = []
             for t in range(0, length, n):
                 key = (id(e), t, length)
-                if key not in rows:
-                    rows[key] = len(samples)
+                if key not in row_of:
+                    row_of[key] = len(samples)
                     samples.append((e, t, length))
-                side.append(rows[key])
+                side.append(row_of[key])
             sides.append(side)
         won.append(sides[0])
         lost.append(sides[1])
@@ -141,9 +141,9 @@ def build_bank(pairs: Sequence[tuple[Any, Any]], policy: VLAPolicy) -> PairBank 
     try:
         with torch.inference_mode():
             for start in range(0, len(samples), _REFERENCE_BATCH):
-                rows_ = slice(start, start + _REFERENCE_BATCH)
-                chunk = policy.predict_action_chunk(_obs_batch(policy, bank, np.arange(len(samples))[rows_]))
-                bank.reference[rows_] = _normalised(policy, chunk[:, :n].float().cpu().numpy())
+                rows = np.arange(start, min(start + _REFERENCE_BATCH, len(samples)))
+                chunk = policy.predict_action_chunk(_obs_batch(policy, bank, rows))
+                bank.reference[rows] = _normalised(policy, chunk[:, :n].float().cpu().numpy())
     finally:
         policy.train(was_training)
     return bank
