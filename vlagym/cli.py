@@ -60,8 +60,6 @@ import vlagym
 from vlagym.envs.base import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES
 from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
-from vlagym.eval import bench
-from vlagym.eval.bench import BenchConfig
 from vlagym.eval.curve import CURVE_JSON, CURVE_MD, CURVE_PNG, CurveConfig, CurveError, format_curve, run_curve
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
 from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
@@ -82,6 +80,10 @@ from vlagym.eval.suite_run import (
 )
 from vlagym.eval.suites import SuiteError, format_protocol, get_suite, list_suites
 from vlagym.io import atomic_write_text, temp_path
+from vlagym.perf import results as bench_results
+from vlagym.perf import table as bench_table
+from vlagym.perf.config import SECTIONS as BENCH_SECTIONS
+from vlagym.perf.config import BenchConfig, BenchError
 from vlagym.train.demos import (
     COMPRESSIONS,
     CONFIG_SUFFIX,
@@ -780,7 +782,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | BenchCompareConfig:
         return BenchCompareConfig(*args.compare)
     try:
         return BenchConfig(
-            sections=args.sections or list(bench.SECTIONS),
+            sections=args.sections or list(BENCH_SECTIONS),
             tasks=args.tasks,
             quick=args.quick,
             out=args.out or None,
@@ -792,16 +794,18 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | BenchCompareConfig:
             pin=not args.no_pin,
             repeats=args.repeats,
         )
-    except bench.BenchError as e:
+    except BenchError as e:
         raise UserError(str(e)) from e
 
 
 def run_bench(cfg: BenchConfig) -> int:
-    def show(table: bench.Table) -> None:
-        print(bench.format_table(table), end="\n\n", flush=True)
+    from vlagym.perf.run import run_bench as run
 
-    doc = bench.run_bench(cfg, on_section=show)
-    print(f"measured on: {bench.format_header(doc)}; {doc['wall_s']:.0f} s in all")
+    def show(table: bench_table.Table) -> None:
+        print(bench_table.format_table(table), end="\n\n", flush=True)
+
+    doc = run(cfg, on_section=show)
+    print(f"measured on: {bench_results.format_header(doc)}; {doc['wall_s']:.0f} s in all")
     if cfg.out:
         print(f"results: {cfg.out} (compare two runs: vlagym bench --compare OLD.json NEW.json)")
     return EXIT_OK
@@ -809,12 +813,12 @@ def run_bench(cfg: BenchConfig) -> int:
 
 def run_bench_compare(cfg: BenchCompareConfig) -> int:
     try:
-        old, new = bench.read_run(cfg.old), bench.read_run(cfg.new)
-    except bench.BenchError as e:
+        old, new = bench_results.read_run(cfg.old), bench_results.read_run(cfg.new)
+    except BenchError as e:
         raise UserError(str(e)) from e
     print(f"old: {cfg.old} ({old['created']}); new: {cfg.new} ({new['created']})")
     print()
-    print(bench.format_comparison(old, new))
+    print(bench_results.format_comparison(old, new))
     return EXIT_OK
 
 
@@ -1165,7 +1169,7 @@ def _add_bench_parser(sub) -> None:
         "--sections",
         nargs="+",
         metavar="SECTION",
-        help=f"sections to run, of {', '.join(bench.SECTIONS)} (default: all)",
+        help=f"sections to run, of {', '.join(BENCH_SECTIONS)} (default: all)",
     )
     p.add_argument("--tasks", nargs="+", metavar="TASK", help="env section: task ids (default: every single task)")
     p.add_argument("--quick", action="store_true", help="tiny budgets and a tiny VLA: a smoke run, not numbers")

@@ -47,13 +47,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
-import platform
 import shlex
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,7 +62,6 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-import vlagym
 from vlagym.eval.diagnostics import (
     CONTROL_ENV_KWARGS,
     CONTROL_OPTIONS,
@@ -90,6 +86,7 @@ from vlagym.eval.evaluate import (
     summarize,
     videos_by_outcome,
 )
+from vlagym.eval.machine import machine_fingerprint
 from vlagym.eval.report import write_report
 from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
 from vlagym.eval.stats import EpisodeKey, PairingError, bootstrap_suite_mean, can_stop
@@ -172,56 +169,6 @@ class SuiteRunConfig:
 
 
 # ---------------------------------------------------------------------------- fingerprint
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _gpu_name() -> str:
-    if "torch" not in sys.modules:  # only a checkpoint imports torch; the expert runs without it
-        return "not used (no torch in this run)"
-    import torch
-
-    if not torch.cuda.is_available():
-        return "none (torch.cuda unavailable)"
-    return ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-
-
-def _gl_renderer(rendered: bool) -> str:
-    """The OpenGL vendor/renderer string, when this run rendered and asking is cheap and safe (EGL/OSMesa)."""
-    if not rendered:
-        return "not used (state observations)"
-    backend = os.environ.get("MUJOCO_GL", "")
-    if backend not in ("egl", "osmesa"):  # a failed GLFW context can abort the process: never probe it
-        return f"unknown (MUJOCO_GL={backend or 'unset'})"
-    try:
-        import mujoco
-        from OpenGL import GL
-
-        ctx = mujoco.GLContext(16, 16)
-        try:
-            ctx.make_current()
-            parts = [GL.glGetString(name) for name in (GL.GL_VENDOR, GL.GL_RENDERER, GL.GL_VERSION)]
-        finally:
-            ctx.free()
-        return " | ".join(p.decode() if isinstance(p, bytes) else str(p) for p in parts)
-    except Exception as err:  # noqa: BLE001 - a fingerprint field, never a reason to fail the run
-        logger.info("could not read the GL renderer string: %s", err)
-        return "unknown"
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -239,26 +186,6 @@ def checkpoint_hashes(policy: str) -> dict[str, str]:
     stats = json.loads((folder / "config.json").read_text()).get("stats")
     hashes["stats"] = hashlib.sha256(json.dumps(stats, sort_keys=True).encode()).hexdigest()
     return hashes
-
-
-def machine_fingerprint(rendered: bool) -> dict[str, Any]:
-    """Software versions, machine and renderer of this process (shared by `vlagym bench`)."""
-    return {
-        "versions": {
-            "vlagym": vlagym.__version__,
-            "mujoco": _version("mujoco"),
-            "gymnasium": _version("gymnasium"),
-            "numpy": np.__version__,
-            "torch": _version("torch"),
-            "python": platform.python_version(),
-        },
-        "platform": platform.platform(),
-        "cpu": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "gpu": _gpu_name(),
-        "gl_renderer": _gl_renderer(rendered),
-        "mujoco_gl": os.environ.get("MUJOCO_GL", "unset"),
-    }
 
 
 def fingerprint(cfg: SuiteRunConfig, rendered: bool) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from vlagym.cli import main
-from vlagym.eval import bench
-from vlagym.train.validate import check_dataset
+from vlagym.perf.config import SECTIONS
+from vlagym.perf.results import compare_runs, read_run
 
 TASK = "VLA-PickCup-v0"
 
@@ -34,8 +34,8 @@ def quick_run(tmp_path_factory) -> tuple[Path, str]:
 @pytest.mark.smoke
 def test_quick_run_writes_every_section(quick_run):
     path, stdout = quick_run
-    doc = bench.read_run(path)
-    assert list(doc["sections"]) == list(bench.SECTIONS)
+    doc = read_run(path)
+    assert list(doc["sections"]) == list(SECTIONS)
     assert doc["config"]["quick"] is True and doc["config"]["tasks"] == [TASK] and doc["config"]["repeats"] == 2
     assert {"vlagym", "mujoco", "gymnasium", "torch", "numpy"} <= set(doc["fingerprint"]["versions"])
     for name, section in doc["sections"].items():
@@ -79,7 +79,7 @@ def test_compare_prints_ratios(quick_run, tmp_path, capsys):
     new_path = tmp_path / "new.json"
     new_path.write_text(json.dumps(new))
 
-    rows = {(r["section"], r["row"], r["metric"]): r for r in bench.compare_runs(old, new)}
+    rows = {(r["section"], r["row"], r["metric"]): r for r in compare_runs(old, new)}
     first_latency = ", ".join(str(old["sections"]["latency"]["rows"][0][k]) for k in ("head", "acting"))
     assert rows["env", TASK, "state steps/s"]["ratio"] == pytest.approx(0.5)
     assert rows["env", TASK, "state steps/s"]["speedup"] == pytest.approx(0.5)
@@ -125,101 +125,6 @@ def test_compare_rejects_files_that_are_not_bench_results(tmp_path, capsys):
         assert str(path) in err and err.count("\n") == 1
 
 
-def test_synthetic_demo_file_is_a_valid_demo_file(tmp_path):
-    path = bench.write_synthetic_demos(tmp_path / "demos.hdf5", TASK, episodes=2, steps=3, image_size=16)
-    assert check_dataset(path) == []
-
-
-def test_steady_rate_leaves_out_the_start():
-    # 10 samples per step: steps 1..3 took 1 s, 1.5 s, 2 s since the start -> 20 samples/s after step 1
-    points = [(1, 10 / 1.0), (2, 20 / 1.5), (3, 30 / 2.0)]
-    assert bench.steady_rate(points, per_step=10) == pytest.approx(20.0)
-
-
-def test_repeats_default_to_three_and_to_one_when_quick():
-    assert bench.BenchConfig(out=None).repeats == 3
-    assert bench.BenchConfig(out=None, quick=True).repeats == 1
-    assert bench.BenchConfig(out=None, quick=True, repeats=5).repeats == 5
-
-
-def test_interleaved_runs_pass_by_pass_in_order():
-    calls: list[str] = []
-
-    def measure(name: str):
-        def run() -> str:
-            calls.append(name)
-            return f"{name}{calls.count(name)}"
-
-        return run
-
-    samples = bench.interleaved({n: measure(n) for n in ("a", "b", "c")}, repeats=3)
-    assert calls == ["a", "b", "c"] * 3  # pass 1 of every measurement, then pass 2, ...
-    assert samples == {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"], "c": ["c1", "c2", "c3"]}
-
-
-def test_summarise_takes_medians_and_keeps_every_pass():
-    row = bench.summarise({"rate": [30.0, 10.0, 20.0, 1000.0], "x": [1.0, 3.0, 2.0]})
-    assert row["rate"] == 25.0 and row["x"] == 2.0  # the median, not the mean (265 and 2)
-    assert row["samples"] == {"rate": [30.0, 10.0, 20.0, 1000.0], "x": [1.0, 3.0, 2.0]}
-
-
-def test_vector_section_interleaves_and_takes_ratios_within_a_pass(monkeypatch, tmp_path):
-    # a fake machine whose speed drifts from pass to pass; interleaved, each pass sees one speed for every
-    # configuration, so the per-pass ratios are exact and the median rate is the middle speed's
-    true = {("sync", 1): 100.0, ("async", 1): 80.0, ("sync", 2): 150.0, ("async", 2): 190.0}
-    per_pass = len(true) * 2  # state and rgb
-    speed = [1.0, 0.5, 3.0]
-    calls: list[tuple[str, str, int]] = []
-
-    def fake_rate(task, mode, num_envs, steps, **kwargs):
-        calls.append((kwargs["obs_mode"], mode, num_envs))
-        return true[mode, num_envs] * speed[(len(calls) - 1) // per_pass]
-
-    monkeypatch.setattr(bench, "vector_steps_per_s", fake_rate)
-    cfg = bench.BenchConfig(sections=["vector"], tasks=[TASK], out=None, repeats=3)
-    table = bench.bench_vector(cfg, bench._Work(cfg, tmp_path))
-
-    one_pass = [(obs, mode, n) for obs in ("state", "rgb") for mode, n in bench.VECTOR_CONFIGS]
-    assert calls == one_pass * 3
-    assert [(r["obs"], r["mode"], r["num_envs"]) for r in table.rows] == one_pass
-    for row in table.rows:
-        mode, n = row["mode"], row["num_envs"]
-        assert row["steps_per_s"] == pytest.approx(true[mode, n])
-        assert row["samples"]["steps_per_s"] == pytest.approx([true[mode, n] * s for s in speed])
-        assert row["x_sync_1"] == pytest.approx(true[mode, n] / true["sync", 1])
-        assert row["samples"]["x_sync_1"] == pytest.approx([true[mode, n] / true["sync", 1]] * 3)
-    assert "median of 3 interleaved passes" in " ".join(table.notes)
-
-
-def test_env_task_alternates_state_and_rgb_passes(monkeypatch):
-    calls: list[str] = []
-    state_rates, rgb_rates = iter([300.0, 100.0, 200.0]), iter([30.0, 10.0, 20.0])
-
-    def fake_state(env, steps, rounds):
-        calls.append("state")
-        rate = next(state_rates)
-        return {
-            "state_steps_per_s": rate,
-            "raw_physics_steps_per_s": rate * 1.5,
-            "env_over_physics": 1.5,
-            "reset_state_ms": 1000 / rate,
-            "replay_identical": len(calls) != 3,  # one pass's replay differs: the row must say so
-        }
-
-    def fake_rgb(env, steps):
-        calls.append("rgb")
-        return {"rgb_steps_per_s": next(rgb_rates), "reset_rgb_ms": 2.0}
-
-    monkeypatch.setattr(bench, "state_pass", fake_state)
-    monkeypatch.setattr(bench, "rgb_pass", fake_rgb)
-    row = bench.bench_task(TASK, steps=40, rounds=2, image_size=16, repeats=3)
-    assert calls == ["state", "rgb"] * 3
-    assert row["state_steps_per_s"] == 200.0 and row["raw_physics_steps_per_s"] == 300.0
-    assert row["rgb_steps_per_s"] == 20.0 and row["reset_state_ms"] == pytest.approx(5.0)
-    assert row["samples"]["state_steps_per_s"] == [300.0, 100.0, 200.0]
-    assert row["replay_identical"] is False
-
-
 def _without_passes(doc: dict) -> dict:
     """A run as saved before --repeats: no config.repeats, no per-row samples."""
     old = copy.deepcopy(doc)
@@ -236,7 +141,7 @@ def test_compare_reads_runs_saved_before_repeats(quick_run, tmp_path, capsys):
     old_path = tmp_path / "old.json"
     old_path.write_text(json.dumps(_without_passes(new)))
 
-    rows = bench.compare_runs(bench.read_run(old_path), new)
+    rows = compare_runs(read_run(old_path), new)
     rate = next(r for r in rows if r["section"] == "env" and r["metric"] == "state steps/s")
     assert rate["ratio"] == pytest.approx(1.0) and rate["old_spread"] is None and rate["new_spread"] is not None
 

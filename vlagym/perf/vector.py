@@ -1,0 +1,71 @@
+"""The vector section: env steps/s of `gym.make_vec`, sync and async with 1 and 2 sub-envs, state and rgb."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vlagym.perf.config import BenchConfig
+from vlagym.perf.table import Table
+from vlagym.perf.timing import interleaved, passes_note, ratios, summarise
+from vlagym.perf.work import Work
+
+VECTOR_CONFIGS = (("sync", 1), ("async", 1), ("sync", 2), ("async", 2))
+
+
+def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs: Any) -> float:
+    """Env steps/s (all sub-envs together) of random actions after a warm-up (renderers, first contacts)."""
+    warmup = min(10, steps // 2)
+    envs = gym.make_vec(task, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    try:
+        rng = np.random.default_rng(0)
+        actions = rng.uniform(-1, 1, (steps, num_envs, 7)).astype(np.float32)
+        envs.reset(seed=0)
+        for a in actions[:warmup]:
+            envs.step(a)
+        t = time.perf_counter()
+        for a in actions[warmup:]:
+            envs.step(a)
+        return (steps - warmup) * num_envs / (time.perf_counter() - t)
+    finally:
+        envs.close()
+
+
+def bench_vector(cfg: BenchConfig, work: Work) -> Table:
+    """The vector table: per observation mode, one row per `VECTOR_CONFIGS` entry, on the first task."""
+    task = cfg.task_list[0]
+    obs_modes = {"state": {"obs_mode": "state"}, "rgb": {"obs_mode": "rgb", "image_size": cfg.image_size}}
+
+    def label(obs: str, mode: str, n: int) -> str:
+        return f"{obs} {mode} x{n}"
+
+    rates = interleaved(
+        {
+            label(obs, mode, n): functools.partial(vector_steps_per_s, task, mode, n, cfg.budget.vector_steps, **kw)
+            for obs, kw in obs_modes.items()
+            for mode, n in VECTOR_CONFIGS
+        },
+        cfg.repeats,
+        "vector",
+    )
+    rows = []
+    for obs in obs_modes:
+        base = rates[label(obs, *VECTOR_CONFIGS[0])]
+        for mode, n in VECTOR_CONFIGS:
+            r = rates[label(obs, mode, n)]
+            rows.append(
+                {"obs": obs, "mode": mode, "num_envs": n, **summarise({"steps_per_s": r, "x_sync_1": ratios(r, base)})}
+            )
+    return Table(
+        "vector",
+        f"Vector-env scaling ({task}, env steps/s of all sub-envs together)",
+        ["obs", "mode", "num_envs"],
+        {"obs": "obs", "mode": "mode", "num_envs": "sub-envs", "steps_per_s": "steps/s", "x_sync_1": "x sync x1"},
+        rows,
+        [f"{os.cpu_count()} CPUs; random actions; rgb at {cfg.image_size} px", passes_note(cfg.repeats)],
+    )
