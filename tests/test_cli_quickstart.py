@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vlagym.cli import main
-from vlagym.train.quickstart import QuickstartConfig
+from vlagym.eval.quickstart import QuickstartConfig
 
 
 @pytest.mark.smoke

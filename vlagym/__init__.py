@@ -13,7 +13,7 @@ from vlagym._headless import configure_headless_gl
 # Before anything imports mujoco's renderer: headless EGL unless the user chose.
 configure_headless_gl()
 
-from vlagym.envs import TASKS, VLAEnv, register_envs  # noqa: E402
+from vlagym.envs import TASKS, register_envs  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,7 @@ def make_expert(env):
 
     Call `expert.reset()` after every `env.reset()`.
     """
+    from vlagym.envs.base import VLAEnv
     from vlagym.envs.multitask import MultiTaskEnv, MultiTaskExpert
 
     base = env.unwrapped
@@ -33,6 +34,15 @@ def make_expert(env):
     if not isinstance(base, VLAEnv) or base.expert_cls is None:
         raise ValueError(f"{type(base).__name__} has no scripted expert; vlagym tasks: {sorted(TASKS)}")
     return base.expert_cls(env)
+
+
+def __getattr__(name: str):
+    # `VLAEnv` on first use: `import vlagym` (and `vlagym --help`) must not load mujoco.
+    if name == "VLAEnv":
+        from vlagym.envs.base import VLAEnv
+
+        return VLAEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["TASKS", "VLAEnv", "make_expert", "register_envs", "__version__"]

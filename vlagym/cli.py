@@ -92,7 +92,7 @@ from vlagym.train.demos import (
     DemoError,
     collect_demos,
 )
-from vlagym.train.quickstart import QuickstartConfig
+from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick
@@ -869,7 +869,9 @@ def run_train_bc(cfg: BCConfig) -> int:
     from vlagym.train.bc import train_bc
 
     try:
-        result = train_bc(cfg)
+        from vlagym.eval.evaluate import checkpoint_success_rate
+
+        result = train_bc(cfg, evaluator=checkpoint_success_rate)
     except ValueError as e:  # data the trainer rejects (bad demo file, batch larger than the data, no CUDA)
         raise UserError(str(e)) from e
     rate = result["success_rate"]
@@ -1037,7 +1039,7 @@ def run_train_rl(cfg: RLConfig | FilteredBCConfig) -> int:
 # ---------------------------------------------------------------------------- vlagym quickstart
 def run_quickstart(cfg: QuickstartConfig) -> int:
     from vlagym.eval.evaluate import format_results
-    from vlagym.train.quickstart import run_quickstart as run
+    from vlagym.eval.quickstart import run_quickstart as run
 
     summary = run(cfg)
     t = summary["timings_s"]

@@ -55,3 +55,14 @@ def atomic_write_npz(path: str | os.PathLike, arrays: dict[str, Any], compressed
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     """`obj` as JSON (plus a final newline), written atomically."""
     return atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

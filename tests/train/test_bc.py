@@ -15,9 +15,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from vlagym.eval.evaluate import checkpoint_success_rate
 from vlagym.policies import VLAConfig, load_policy
-from vlagym.train.bc import STATE_NAME, BCConfig, latest_checkpoint, lr_factor, train_bc
+from vlagym.train.bc import BCConfig, lr_factor, train_bc
 from vlagym.train.demos import DemoConfig, collect_demos
+from vlagym.train.run import STATE_NAME, latest_checkpoint
 
 TINY_POLICY = {
     "image_size": 32,
@@ -72,7 +74,9 @@ def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
 @pytest.mark.smoke
 def test_training_writes_checkpoints_config_and_logs(pick_demos, tmp_path):
     out = tmp_path / "run"
-    result = train_bc(tiny_config(pick_demos, out, eval_every=20, eval_episodes=1, ema=0.9))
+    result = train_bc(
+        tiny_config(pick_demos, out, eval_every=20, eval_episodes=1, ema=0.9), evaluator=checkpoint_success_rate
+    )
     assert result["step"] == 20
     assert latest_checkpoint(out) == out / "checkpoints" / "step_20"
     assert (out / "checkpoints" / "step_10" / STATE_NAME).is_file()

@@ -169,7 +169,7 @@ def test_replaying_actions_reproduces_the_observations(which, request):
                     for cam in ("front", "wrist"):
                         assert np.array_equal(obs["images"][cam], g["obs"][layout.image_key(cam)][t]), (name, t, cam)
                     assert np.array_equal(obs["proprio"], g["obs/proprio"][t]), (name, t)
-                    assert np.array_equal(sim._state_vector(), g["obs/state"][t]), (name, t)
+                    assert np.array_equal(sim.state_vector(), g["obs/state"][t]), (name, t)
                     mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
                     assert np.array_equal(state, g["states"][t]), (name, t)
                     obs, reward, terminated, truncated, info = env.step(actions[t])
@@ -259,7 +259,7 @@ import os, signal, sys, json
 from vlagym.train import demos
 point, at, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 kwargs = json.loads(sys.argv[4])
-write, replace, commit = demos._write_demo, os.replace, demos._Journal.commit
+write, replace, commit = demos.write_demo, os.replace, demos._Journal.commit
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -280,7 +280,7 @@ def slow_commit(self, episodes):
     commit(self, episodes)
     import time; time.sleep(pause)
 
-demos._write_demo, demos.os.replace, demos._Journal.commit = half_write, replace_then, slow_commit
+demos.write_demo, demos.os.replace, demos._Journal.commit = half_write, replace_then, slow_commit
 demos.collect_demos(demos.DemoConfig(**kwargs))
 """
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from gymnasium.envs.registration import register, registry
+from typing import Any
 
-from vlagym.envs.base import VLAEnv
+from gymnasium.envs.registration import register, registry
 
 #: id -> (entry point, max_episode_steps)
 TASKS: dict[str, tuple[str, int]] = {
@@ -35,8 +35,19 @@ def register_envs() -> None:
             register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)
 
 
+def __getattr__(name: str) -> Any:
+    # `VLAEnv` on first use: importing vlagym (and its command line) must not load mujoco.
+    if name == "VLAEnv":
+        from vlagym.envs.base import VLAEnv
+
+        return VLAEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def can_move_target(env_id: str) -> bool:
     """Whether the task's envs take ``reset(options={"target_xy": ...})`` (what hindsight replays need)."""
+    from vlagym.envs.base import VLAEnv
+
     module, _, name = TASKS[env_id][0].partition(":")
     cls = getattr(importlib.import_module(module), name)
     return issubclass(cls, VLAEnv) and cls._move_target is not VLAEnv._move_target

@@ -433,7 +433,7 @@ class VLAEnv(gym.Env):
         return info
 
     # ------------------------------------------------------------------ observations
-    def _state_vector(self) -> np.ndarray:
+    def state_vector(self) -> np.ndarray:
         out = np.empty(Robot.PROPRIO_DIM + TASK_STATE_DIM, np.float32)
         self.robot.proprio(out[: Robot.PROPRIO_DIM])
         self._task_state(out[Robot.PROPRIO_DIM :])
@@ -472,14 +472,14 @@ class VLAEnv(gym.Env):
 
     def _get_obs(self):
         if self.obs_mode == "state":
-            return self._state_vector()
+            return self.state_vector()
         obs = {
             "images": {cam: self._render_camera(cam) for cam in self.cameras},
             "proprio": self.robot.proprio().astype(np.float32),
             "instruction": self.instruction,
         }
         if self.obs_mode == "rgb+state":
-            obs["state"] = self._state_vector()
+            obs["state"] = self.state_vector()
         return obs
 
     def _render_camera(self, camera: str) -> np.ndarray:

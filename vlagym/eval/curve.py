@@ -40,6 +40,7 @@ from vlagym.eval.evaluate import (
 )
 from vlagym.eval.stats import paired_test, wilson_interval
 from vlagym.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from vlagym.train.run import STATE_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ CURVE_JSON = "curve.json"
 CURVE_MD = "curve.md"
 CURVE_PNG = "curve.png"
 START = "start"
-STATE_NAME = "training_state.pt"  # the training state beside each checkpoint (train-bc and train-rl alike)
 _STEP_DIR = re.compile(r"step_(\d+)")
 
 

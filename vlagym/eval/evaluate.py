@@ -510,3 +510,13 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.md", format_results(results) + "\n")
     return results
+
+
+def checkpoint_success_rate(
+    checkpoint: str | os.PathLike, out: str | os.PathLike, episodes: int, num_envs: int
+) -> float:
+    """The success rate of a checkpoint on its own task (`evaluate` with default seeds; results under `out`): the
+    evaluator `vlagym.train.bc.train_bc` calls every ``eval_every`` steps."""
+    cfg = EvalConfig(policy=str(checkpoint), episodes=episodes, num_envs=num_envs, out=str(out), progress=False)
+    results = evaluate(cfg)
+    return float(next(iter(results["tasks"].values()))["success_rate"])

@@ -91,7 +91,7 @@ from vlagym.eval.report import write_report
 from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
 from vlagym.eval.stats import EpisodeKey, PairingError, bootstrap_suite_mean, can_stop
 from vlagym.eval.suites import SuiteProtocol, get_suite
-from vlagym.io import atomic_write_json, atomic_write_text
+from vlagym.io import atomic_write_json, atomic_write_text, file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -169,20 +169,12 @@ class SuiteRunConfig:
 
 
 # ---------------------------------------------------------------------------- fingerprint
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def checkpoint_hashes(policy: str) -> dict[str, str]:
     """sha256 of the checkpoint's files and of its normalisation statistics (canonical JSON); "expert" for it."""
     if policy == EXPERT:
         return {name: EXPERT for name in (*CHECKPOINT_FILES, "stats")}
     folder = Path(policy)
-    hashes = {name: _sha256(folder / name) for name in CHECKPOINT_FILES}
+    hashes = {name: file_sha256(folder / name) for name in CHECKPOINT_FILES}
     stats = json.loads((folder / "config.json").read_text()).get("stats")
     hashes["stats"] = hashlib.sha256(json.dumps(stats, sort_keys=True).encode()).hexdigest()
     return hashes

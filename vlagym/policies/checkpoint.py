@@ -16,10 +16,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vlagym.io import atomic_write_json, temp_path
-from vlagym.policies.config import VLAConfig
-from vlagym.policies.vla import VLAPolicy
-from vlagym.wrappers.language import Tokenizer
-from vlagym.wrappers.normalize import NormStats
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -28,8 +24,9 @@ FORMAT_VERSION = 1
 POLICY_TYPES = ("vla",)
 
 
-def save_checkpoint(policy: VLAPolicy, folder: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
-    """Write `policy` to `folder` (created if needed); `extra` (JSON-serialisable) is stored under ``"extra"``."""
+def save_checkpoint(policy: torch.nn.Module, folder: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write `policy` (a `VLAPolicy`: config, tokenizer, norm_stats, weights) to `folder` (created if needed);
+    `extra` (JSON-serialisable) is stored under ``"extra"``."""
     from vlagym import __version__
 
     folder = Path(folder)
@@ -105,14 +102,6 @@ def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) 
         raise ValueError("checkpoint weights do not match the model: " + "; ".join(problems))
 
 
-def load_policy(folder: str | os.PathLike, device: str | torch.device = "cpu") -> VLAPolicy:
-    """Rebuild the policy saved by `save_checkpoint` (config, tokenizer, statistics, weights; strict) in eval mode."""
-    folder = Path(folder)
-    meta = read_checkpoint_config(folder)
-    policy = VLAPolicy(VLAConfig.from_dict(meta["config"]), Tokenizer.from_dict(meta["tokenizer"]))
-    if meta.get("stats") is not None:
-        policy.set_stats(NormStats.from_dict(meta["stats"]))
-    state = load_file(str(folder / WEIGHTS_NAME), device="cpu")
-    check_state_dict(policy, state)
-    policy.load_state_dict(state, strict=True)
-    return policy.to(device).eval()
+def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights (safetensors, on the CPU)."""
+    return load_file(str(Path(folder) / WEIGHTS_NAME), device="cpu")

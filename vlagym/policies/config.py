@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from vlagym.config import Config
 from vlagym.envs.base import CAMERAS
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 
@@ -27,7 +27,7 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 
 @dataclass
-class VLAConfig:
+class VLAConfig(Config):
     """Architecture and acting settings of `VLAPolicy`. Small by default: trains on a laptop CPU in minutes."""
 
     cameras: tuple[str, ...] = ("front", "wrist")
@@ -130,16 +130,3 @@ class VLAConfig:
             raise ValueError(
                 f"temporal_ensemble predicts every step, so n_action_steps must be 1, got {self.n_action_steps!r}"
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, for JSON (tuples serialise as lists; `from_dict` turns them back)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> VLAConfig:
-        """Inverse of `to_dict`; an unknown field raises, listing the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown VLAConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)

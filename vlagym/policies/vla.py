@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlagym.policies.checkpoint import check_state_dict, read_checkpoint_config, read_weights, save_checkpoint
 from vlagym.policies.config import VLAConfig
 from vlagym.wrappers.language import PAD_ID, Tokenizer
 from vlagym.wrappers.normalize import NormStats
@@ -175,9 +176,7 @@ class VLAPolicy(nn.Module):
 
         Uses the config's `normalization` mode; needs "action" (or the dataset's "actions") and "proprio".
         """
-        from vlagym.train.dataset import to_norm_stats
-
-        norm = to_norm_stats(stats, mode=self.config.normalization)
+        norm = NormStats.from_dataset_stats(stats, mode=self.config.normalization)
         mode = self.config.normalization
         for key, dim in (("action", self.config.action_dim), ("proprio", self.config.proprio_dim)):
             shape = norm[key].shape
@@ -416,13 +415,26 @@ class VLAPolicy(nn.Module):
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, folder: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> None:
         """`vlagym.policies.checkpoint.save_checkpoint(self, folder, extra)`."""
-        from vlagym.policies.checkpoint import save_checkpoint
-
         save_checkpoint(self, folder, extra)
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> VLAPolicy:
         """Rebuild config, tokenizer, statistics and weights (strict) from a checkpoint folder, in eval mode."""
-        from vlagym.policies.checkpoint import load_policy
-
         return load_policy(folder, device=device)
+
+
+def policy_from_meta(meta: Mapping[str, Any]) -> VLAPolicy:
+    """An untrained `VLAPolicy` with the config, tokenizer and statistics of a checkpoint's ``config.json``."""
+    policy = VLAPolicy(VLAConfig.from_dict(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"])))
+    if meta.get("stats") is not None:
+        policy.set_stats(NormStats.from_dict(meta["stats"]))
+    return policy
+
+
+def load_policy(folder: str | os.PathLike, device: str | torch.device = "cpu") -> VLAPolicy:
+    """Rebuild the policy saved by `save_checkpoint` (config, tokenizer, statistics, weights; strict) in eval mode."""
+    policy = policy_from_meta(read_checkpoint_config(folder))
+    state = read_weights(folder)
+    check_state_dict(policy, state)
+    policy.load_state_dict(state, strict=True)
+    return policy.to(device).eval()

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from vlagym.io import atomic_write_npz
-from vlagym.train.dataset import _complete_demos
+from vlagym.train.dataset import complete_demos
 
 STATES_KEY = "rollout_states"  # the info key the in-env recorder fills at the end of every episode
 _EPS = 1e-6
@@ -135,7 +135,7 @@ def read_success_states(path: str | os.PathLike) -> list[np.ndarray]:
     """The ``obs/state`` array of each episode of a rollout (demos-layout) file, in its demos' order."""
     with h5py.File(path, "r") as f:
         data = f["data"]
-        return [np.asarray(data[name]["obs"]["state"], np.float32) for name in _complete_demos(data, Path(path))]
+        return [np.asarray(data[name]["obs"]["state"], np.float32) for name in complete_demos(data, Path(path))]
 
 
 # ---------------------------------------------------------------------------- training and weights

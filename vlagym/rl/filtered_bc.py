@@ -113,12 +113,13 @@ from gymnasium.vector import AutoresetMode
 from torch.utils.data import default_collate
 
 from vlagym.checks import check_float, check_int
+from vlagym.config import Config
 from vlagym.envs import TASKS, can_move_target
 from vlagym.envs.base import TASK_STATE_SLOTS
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import PROPRIO_EE_POS, Robot
 from vlagym.eval.diagnostics import REACH_KEY, outcome_counts
-from vlagym.io import atomic_write_json
+from vlagym.io import atomic_write_json, file_sha256
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
 from vlagym.rl.advantage import (
@@ -137,7 +138,7 @@ from vlagym.rl.advantage import (
     write_states,
 )
 from vlagym.rl.envs import VECTORIZATION_MODES
-from vlagym.rl.ppo import check_task_and_env_kwargs, checkpoint_dir, file_sha256
+from vlagym.rl.ppo import check_task_and_env_kwargs
 from vlagym.rl.preference import (
     FAILURE_KEY,
     PairBank,
@@ -152,28 +153,33 @@ from vlagym.rl.preference import (
 )
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
-from vlagym.train.bc import (
-    _ema_update,
-    _param_groups,
-    lr_factor,
+from vlagym.train.bc import lr_factor
+from vlagym.train.dataset import DemoDataset, complete_demos
+from vlagym.train.demos import DemoEpisode, write_demo, write_header
+from vlagym.train.run import (
+    DEVICES,
+    STATE_NAME,
+    TB_DIR,
+    checkpoint_dir,
+    commit_checkpoint,
+    ema_update,
+    latest_checkpoint,
+    load_state,
+    param_groups,
     preserved_rng,
+    resolve_device,
     rng_state,
     seed_everything,
     set_rng_state,
 )
-from vlagym.train.dataset import DemoDataset, _complete_demos
-from vlagym.train.demos import _Episode, _write_demo, write_header
 
 logger = logging.getLogger(__name__)
 
 ALGO = "filtered-bc"
-DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine", "cosine-time")
 WEIGHTINGS = ("episode", "state", "advantage")
 WEIGHT_ATTR = "weight"  # a rollout file's demo attribute: the episode's sampling weight
 CONFIG_NAME = "rl_config.json"
-STATE_NAME = "training_state.pt"
-LAST_NAME = "last.json"
 CURVE_NAME = "curve.json"
 ROLLOUTS = "rollouts"
 RECORD_KEY = "rollout_record"  # the info key the in-env recorder fills at the end of a successful episode
@@ -183,8 +189,8 @@ HINDSIGHT_ROOM_ATTR = "hindsight_moved_aside"  # ... and how many objects it mov
 DELAY_KEY = "rollout_close_delay"  # ... and, with close_delays, at the end of a failed one (a `HindsightReplay`)
 DELAY_ATTR = "close_delay"  # a rollout file's demo attribute: the steps a delayed-close replay put the close off
 CLOSE_DISTANCE_ATTR = "close_distance"  # ... and the reach distance at the first close (where the task reports one)
-STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv._state_vector`
-_SLOTS = Robot.PROPRIO_DIM + TASK_STATE_SLOTS  # where each object slot starts in `VLAEnv._state_vector`
+STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv.state_vector`
+_SLOTS = Robot.PROPRIO_DIM + TASK_STATE_SLOTS  # where each object slot starts in `VLAEnv.state_vector`
 HINDSIGHT_MIN_MOVE = 0.01  # metres: a gripper that closed this near the target's start replays the same episode
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 CRITIC_STREAM = 0xC817  # round r's critic minibatches come from default_rng([seed, r, CRITIC_STREAM])
@@ -197,7 +203,7 @@ _LOWDIM = (PROPRIO_KEY, "action", "action_is_pad", "instruction")
 
 # ---------------------------------------------------------------------------- config
 @dataclass
-class FilteredBCConfig:
+class FilteredBCConfig(Config):
     """Options of `train_filtered_bc` (``vlagym train-rl --algo filtered-bc``); saved as ``OUT/rl_config.json``."""
 
     policy: str
@@ -510,18 +516,6 @@ class FilteredBCConfig:
             if not Path(path).is_file():
                 raise ValueError(f"demo file {path!r} does not exist")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FilteredBCConfig:
-        """Inverse of `to_dict`; unknown fields raise, listing the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown FilteredBCConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
-
 
 # ---------------------------------------------------------------------------- collection
 @dataclass
@@ -637,7 +631,7 @@ class _RolloutRecorder(gym.Wrapper):
         return {
             "images": {cam: np.array(img) for cam, img in obs["images"].items()},
             "proprio": np.array(obs["proprio"], np.float32),
-            "state": sim._state_vector().astype(np.float32),
+            "state": sim.state_vector().astype(np.float32),
             "sim_state": sim.sim_state(),
             "reach": None if reach is None else float(reach),
         }
@@ -863,7 +857,7 @@ class NoisyVLA:
 def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
     """The collection vector env: autoreset disabled (as `run_episodes` needs), a recorder in every sub-env, the
     time limit `cfg.max_episode_steps` (when set)."""
-    from vlagym.train.demos import _ignore_sigint
+    from vlagym.train.demos import ignore_sigint
 
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
     wrappers: list[Any] = [
@@ -876,7 +870,7 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
         )
     ]
     if cfg.vectorization == "async":
-        wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
+        wrappers.append(functools.partial(ignore_sigint, main_pid=os.getpid()))
     if cfg.max_episode_steps is not None:
         env_kwargs = {**env_kwargs, "max_episode_steps": cfg.max_episode_steps}  # gym.make's TimeLimit
     return gym.make_vec(
@@ -1014,7 +1008,7 @@ def read_weights(path: str | os.PathLike) -> np.ndarray:
     """The per-episode weights of a rollout file, in its demos' order (1 where none is stored)."""
     with h5py.File(path, "r") as f:
         data = f["data"]
-        return np.array([float(data[n].attrs.get(WEIGHT_ATTR, 1.0)) for n in _complete_demos(data, Path(path))])
+        return np.array([float(data[n].attrs.get(WEIGHT_ATTR, 1.0)) for n in complete_demos(data, Path(path))])
 
 
 def rollout_path(out: str | os.PathLike, round_: int) -> Path:
@@ -1041,7 +1035,7 @@ def write_rollouts(
             obs_keys = [*images, "proprio", "state"]  # the order `vlagym demos` writes
             data = write_header(f, env_id, env_kwargs, obs_keys, total=sum(len(e.actions) for e in episodes))
             for k, e in enumerate(episodes):
-                demo = _Episode(
+                demo = DemoEpisode(
                     index=k,
                     seed=e.seed,
                     instruction=e.instruction,
@@ -1054,7 +1048,7 @@ def write_rollouts(
                     rewards=e.rewards,
                     success=True,
                 )
-                _write_demo(data, layout.demo_name(k), demo, "gzip")  # the writer of `vlagym demos`
+                write_demo(data, layout.demo_name(k), demo, "gzip")  # the writer of `vlagym demos`
                 if weights is not None:
                     data[layout.demo_name(k)].attrs[WEIGHT_ATTR] = float(weights[k])
                 if e.target_xy is not None:  # the seed alone does not remake this scene (its states do)
@@ -1181,15 +1175,6 @@ def _dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> D
 
 
 # ---------------------------------------------------------------------------- checkpoints, evaluation
-def latest_checkpoint(out: str | os.PathLike) -> Path | None:
-    """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
-    pointer = checkpoint_dir(out) / LAST_NAME
-    if not pointer.is_file():
-        return None
-    folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
-    return folder if (folder / STATE_NAME).is_file() else None
-
-
 @dataclass
 class _Progress:
     round: int = 0
@@ -1212,14 +1197,9 @@ def _write_checkpoint(
     extra: dict[str, Any],
     critic: dict[str, Any] | None = None,
 ) -> Path:
-    root = checkpoint_dir(out)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{progress.updates}"
-    tmp = root / f".tmp_step_{progress.updates}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    def fill(folder: Path) -> None:
         acting = ema if ema is not None else policy
-        acting.save_pretrained(tmp, extra={**extra, "num_updates": progress.updates, "round": progress.round})
+        acting.save_pretrained(folder, extra={**extra, "num_updates": progress.updates, "round": progress.round})
         state = {
             "model": policy.state_dict(),
             "ema": ema.state_dict() if ema is not None else None,
@@ -1233,14 +1213,9 @@ def _write_checkpoint(
             "critic": critic,
             "rng": rng_state(),
         }
-        torch.save(state, tmp / STATE_NAME)
-        if final.exists():  # a leftover of a run that died before moving last.json on
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    atomic_write_json(root / LAST_NAME, {"step": progress.updates, "path": final.name})
-    return final
+        torch.save(state, folder / STATE_NAME)
+
+    return commit_checkpoint(out, progress.updates, fill)
 
 
 def _pair_window(cfg: FilteredBCConfig, out: Path, r: int, banks: dict[int, PairBank]) -> list[PairBank]:
@@ -1340,20 +1315,12 @@ def _lr_factor(cfg: FilteredBCConfig, update: int, train_s: float = 0.0) -> floa
     return 1.0
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but CUDA is not available")
-    return torch.device(name)
-
-
 def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - one script
     from torch.utils.tensorboard import SummaryWriter
     from tqdm.auto import tqdm
 
     seed_everything(cfg.seed)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     meta = read_checkpoint_config(cfg.policy)
     ckpt_extra = meta.get("extra") or {}
     policy = VLAPolicy.from_pretrained(cfg.policy).to(device)
@@ -1379,7 +1346,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
         "bc_checkpoint": cfg.policy,
         "bc_sha256": bc_sha,
     }
-    optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     acting = ema if ema is not None else policy  # the policy that collects, is saved and is evaluated
     demos = _dataset(cfg.demos, policy, cfg.augment, cfg.seed)
@@ -1390,7 +1357,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     banks: dict[int, PairBank] = {}  # round -> its preference pairs (the last preference_rounds rounds')
     last = latest_checkpoint(out) if cfg.resume else None
     if last is not None:
-        state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
+        state = load_state(last)
         if state.get("bc_sha256") != bc_sha:
             raise ValueError(
                 f"{last} was post-trained from other BC weights than {cfg.policy} now holds; resume with the original"
@@ -1422,7 +1389,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
     if last is None:
         shutil.rmtree(out / ROLLOUTS, ignore_errors=True)  # a fresh run: an old run's rollouts are not ours
 
-    writer = SummaryWriter(str(out / "tb"), purge_step=progress.updates if progress.updates else None)
+    writer = SummaryWriter(str(out / TB_DIR), purge_step=progress.updates if progress.updates else None)
     bar = tqdm(total=cfg.rounds, initial=progress.round, desc=f"train-rl ({ALGO})", disable=not cfg.progress)
     collect_kwargs = {**env_kwargs, **cfg.collect_env_kwargs}  # the rollout files record the scenes they show
     envs = make_collection_envs(cfg, collect_kwargs)
@@ -1557,7 +1524,7 @@ def _train(cfg: FilteredBCConfig, out: Path) -> dict[str, Any]:  # noqa: C901 - 
                     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
                     optimizer.step()
                     if ema is not None:
-                        _ema_update(ema, policy, cfg.ema)
+                        ema_update(ema, policy, cfg.ema)
                     losses.append(float(bc_loss.detach()))
                     progress.updates += 1
             policy.eval()

@@ -45,13 +45,9 @@ From-scratch checkpoints hold no VLA (sb3.zip and training_state.pt only), so `v
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
-import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -69,23 +65,33 @@ from stable_baselines3.common.utils import explained_variance
 
 import vlagym
 from vlagym.checks import check_float, check_int
-from vlagym.io import atomic_write_json, atomic_write_text
+from vlagym.config import Config
+from vlagym.io import atomic_write_json, atomic_write_text, file_sha256
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.envs import VECTORIZATION_MODES, make_rl_env, make_vec_env
 from vlagym.rl.sb3_policy import ACTOR_LAYERS, META_KEYS, VLAActorCriticPolicy, check_rl_config
-from vlagym.train.bc import preserved_rng, rng_state, seed_everything, set_rng_state
+from vlagym.train.run import (
+    DEVICES,
+    STATE_NAME,
+    TB_DIR,
+    checkpoint_dir,
+    commit_checkpoint,
+    latest_checkpoint,
+    load_state,
+    preserved_rng,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 
 logger = logging.getLogger(__name__)
 
 ALGOS = ("ppo", "sac")
 REWARDS = ("sparse", "dense")
-DEVICES = ("auto", "cpu", "cuda")
 CONFIG_NAME = "rl_config.json"
-STATE_NAME = "training_state.pt"
 SB3_NAME = "sb3.zip"
-LAST_NAME = "last.json"
 CURVE_NAME = "curve.json"
 RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "max_episode_steps", "render_mode")
 # Defaults that depend on the kind of run: "post" (post-training the VLA), "ppo"/"sac" (from scratch). The
@@ -140,18 +146,9 @@ def check_task_and_env_kwargs(task: Any, env_kwargs: Any, reserved: tuple[str, .
     return task
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes, hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------------------- config
 @dataclass
-class RLConfig:
+class RLConfig(Config):
     """Options of `train_rl` (and `vlagym train-rl`); saved as ``OUT/rl_config.json`` with defaults resolved."""
 
     policy: str | None = None
@@ -384,18 +381,6 @@ class RLConfig:
                 f"(n_steps * n_envs = {self.n_steps * self.n_envs})"
             )
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RLConfig:
-        """Inverse of `to_dict`; unknown fields raise, listing the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown RLConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
-
 
 # ---------------------------------------------------------------------------- PPO with a BC penalty and critic warmup
 class VLAPPO(PPO):
@@ -593,24 +578,11 @@ def build_run(cfg: RLConfig) -> _Run:
     """
     seed_everything(cfg.seed)
     run = _scratch_run(cfg) if cfg.from_scratch else _post_training_run(cfg)
-    run.model.set_logger(configure(str(Path(cfg.out) / "tb"), ["tensorboard"]))
+    run.model.set_logger(configure(str(Path(cfg.out) / TB_DIR), ["tensorboard"]))
     return run
 
 
 # ---------------------------------------------------------------------------- checkpoints
-def checkpoint_dir(out: str | os.PathLike) -> Path:
-    return Path(out) / "checkpoints"
-
-
-def latest_checkpoint(out: str | os.PathLike) -> Path | None:
-    """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
-    pointer = checkpoint_dir(out) / LAST_NAME
-    if not pointer.is_file():
-        return None
-    folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
-    return folder if (folder / STATE_NAME).is_file() and (folder / SB3_NAME).is_file() else None
-
-
 @dataclass
 class _Progress:
     """Counters a checkpoint carries beyond SB3's tensors."""
@@ -634,18 +606,13 @@ def _policy_extra(run: _Run, step: int) -> dict[str, Any]:
 
 
 def write_checkpoint(run: _Run, progress: _Progress) -> Path:
-    """``checkpoints/step_<n>`` written under a temporary name and renamed into place; then last.json points at it."""
+    """``checkpoints/step_<n>``: the VLA (post-training), SB3's zip and the training state, committed atomically."""
     model, step = run.model, run.model.num_timesteps
-    root = checkpoint_dir(run.out)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
-    tmp = root / f".tmp_step_{step}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+
+    def fill(folder: Path) -> None:
         if run.vla_meta is not None:
-            model.policy.vla.save_pretrained(tmp, extra=_policy_extra(run, step))
-        model.save(tmp / SB3_NAME)
+            model.policy.vla.save_pretrained(folder, extra=_policy_extra(run, step))
+        model.save(folder / SB3_NAME)
         state = {
             "num_timesteps": step,
             "n_updates": int(getattr(model, "_n_updates", 0)),
@@ -655,18 +622,13 @@ def write_checkpoint(run: _Run, progress: _Progress) -> Path:
             "bc_sha256": run.bc_sha256,
             "rng": rng_state(),
         }
-        torch.save(state, tmp / STATE_NAME)
-        if final.exists():  # a leftover of a run that died before moving last.json on
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    atomic_write_json(root / LAST_NAME, {"step": step, "path": final.name})
-    return final
+        torch.save(state, folder / STATE_NAME)
+
+    return commit_checkpoint(run.out, step, fill)
 
 
 def _resume(run: _Run, folder: Path) -> _Progress:
-    state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
+    state = load_state(folder)
     if state.get("bc_sha256") != run.bc_sha256:
         raise ValueError(
             f"{folder} was post-trained from other BC weights than {run.cfg.policy} now holds; resume with the "
@@ -907,7 +869,7 @@ def _train_rl(cfg: RLConfig, out: Path) -> dict[str, Any]:
     model = run.model
     try:
         progress = _Progress()
-        last = latest_checkpoint(out) if cfg.resume else None
+        last = latest_checkpoint(out, SB3_NAME) if cfg.resume else None
         if last is not None:
             progress = _resume(run, last)
         elif cfg.resume:

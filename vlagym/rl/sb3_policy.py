@@ -29,10 +29,8 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
 from vlagym.policies.config import VLAConfig
-from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
+from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy, policy_from_meta
 from vlagym.rl.envs import IMAGE_PREFIX
-from vlagym.wrappers.language import Tokenizer
-from vlagym.wrappers.normalize import NormStats
 
 META_KEYS = ("config", "tokenizer", "stats")
 ACTOR_LAYERS = ("all", "head")
@@ -43,10 +41,7 @@ def vla_from_meta(meta: Mapping[str, Any]) -> VLAPolicy:
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
         raise ValueError(f"VLA description lacks {missing}; it needs {list(META_KEYS)} (a checkpoint's config.json)")
-    policy = VLAPolicy(VLAConfig.from_dict(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"])))
-    if meta["stats"] is not None:
-        policy.set_stats(NormStats.from_dict(meta["stats"]))
-    return policy
+    return policy_from_meta(meta)
 
 
 def check_rl_config(config: VLAConfig) -> None:

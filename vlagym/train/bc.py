@@ -22,46 +22,56 @@ reproduces the uninterrupted one bit for bit on the CPU.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import dataclasses
 import json
 import logging
 import math
 import os
-import random
-import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import h5py
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from vlagym.checks import check_float, check_int
+from vlagym.config import Config
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import VLAPolicy
 from vlagym.train.augment import ImageAugment
 from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats
+from vlagym.train.run import (
+    DEVICES,
+    STATE_NAME,
+    TB_DIR,
+    checkpoint_dir,
+    commit_checkpoint,
+    ema_update,
+    latest_checkpoint,
+    load_state,
+    param_groups,
+    preserved_rng,
+    resolve_device,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from vlagym.train.sampler import ShardSampler
 
 logger = logging.getLogger(__name__)
 
-DEVICES = ("auto", "cpu", "cuda")
 CONFIG_NAME = "bc_config.json"
-STATE_NAME = "training_state.pt"
-LAST_NAME = "last.json"
 
 
 # ---------------------------------------------------------------------------- config
 @dataclass
-class BCConfig:
+class BCConfig(Config):
     """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
 
     dataset: list[str]
@@ -152,65 +162,8 @@ class BCConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict (the policy config nested)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BCConfig:
-        """Inverse of `to_dict`; unknown fields raise, listing the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown BCConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
-
 
 # ---------------------------------------------------------------------------- helpers
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's (CPU and CUDA) global generators."""
-    random.seed(seed)
-    # The global NumPy generator on purpose: it is what third-party code (and old scripts) draw from.
-    np.random.seed(seed % 2**32)  # noqa: NPY002
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    """The global RNG states as tensors and plain values (loadable with ``torch.load(weights_only=True)``)."""
-    np_state = np.random.get_state()  # noqa: NPY002
-    py_state = random.getstate()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-            "pos": int(np_state[2]),
-            "has_gauss": int(np_state[3]),
-            "cached_gaussian": float(np_state[4]),
-        },
-        "python": {
-            "version": py_state[0],
-            "state": torch.tensor(py_state[1], dtype=torch.int64),
-            "gauss_next": py_state[2],
-        },
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of `rng_state`."""
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(  # noqa: NPY002
-        ("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
-    )
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def _all_rng_states() -> list[dict[str, Any]]:
     """Every rank's `rng_state`, in rank order (collective: every rank must call it)."""
     local = rng_state()
@@ -219,16 +172,6 @@ def _all_rng_states() -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, local)
     return gathered
-
-
-@contextlib.contextmanager
-def preserved_rng():
-    """Run a block (an evaluation) without moving the training's global RNG streams."""
-    saved = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(saved)
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -253,16 +196,6 @@ def _init_distributed(device: torch.device) -> bool:
     return True
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was asked for but CUDA is not available")
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
 def demo_env(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """(env_id, env_kwargs) the demo file was collected with (its /data attributes)."""
     with h5py.File(path, "r") as f:
@@ -273,21 +206,6 @@ def demo_env(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
 def _dataset_stats(paths: list[str]) -> dict[str, Any]:
     # One file: the cached statistics beside it; several: computed over all of them together.
     return load_or_compute_stats(paths[0]) if len(paths) == 1 else compute_stats(paths)
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    # Decay the weight matrices only: decaying biases and norm gains just fights the normalisation.
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    other = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
-
-
-@torch.no_grad()
-def _ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters(), strict=True):
-        e.lerp_(p.detach(), 1.0 - decay)
-    for e, b in zip(ema.buffers(), model.buffers(), strict=True):
-        e.copy_(b)
 
 
 def _epoch_loader(dataset: DemoDataset, sampler: ShardSampler, epoch: int, skip: int, cfg: BCConfig) -> DataLoader:
@@ -304,46 +222,26 @@ def _epoch_loader(dataset: DemoDataset, sampler: ShardSampler, epoch: int, skip:
     )
 
 
-def checkpoint_dir(out: str | os.PathLike) -> Path:
-    return Path(out) / "checkpoints"
-
-
-def latest_checkpoint(out: str | os.PathLike) -> Path | None:
-    """The latest complete checkpoint folder of a run (from ``checkpoints/last.json``), or None."""
-    pointer = checkpoint_dir(out) / LAST_NAME
-    if not pointer.is_file():
-        return None
-    folder = checkpoint_dir(out) / json.loads(pointer.read_text())["path"]
-    return folder if (folder / STATE_NAME).is_file() else None
-
-
 def write_checkpoint(
     out: str | os.PathLike, step: int, policy: VLAPolicy, state: dict[str, Any], extra: dict[str, Any]
 ) -> Path:
-    """Write ``checkpoints/step_<step>`` under a temporary name, rename it into place, then point last.json at it."""
-    root = checkpoint_dir(out)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
-    tmp = root / f".tmp_step_{step}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(policy, tmp, extra)
-    torch.save(state, tmp / STATE_NAME)
-    if final.exists():  # a leftover of a run that died before moving last.json on: replace it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    atomic_write_json(root / LAST_NAME, {"step": step, "path": final.name})
-    return final
+    """``checkpoints/step_<step>``: the policy and the training state, committed atomically (`commit_checkpoint`)."""
+
+    def fill(folder: Path) -> None:
+        save_checkpoint(policy, folder, extra)
+        torch.save(state, folder / STATE_NAME)
+
+    return commit_checkpoint(out, step, fill)
 
 
-def _evaluate(folder: Path, out: Path, cfg: BCConfig) -> float:
-    from vlagym.eval.evaluate import EvalConfig, evaluate
+#: Scores a checkpoint folder: (checkpoint, output folder, episodes, num_envs) -> success rate. The evaluation
+#: layer provides one (`vlagym.eval.evaluate.checkpoint_success_rate`); training cannot import it (layers).
+Evaluator = Callable[[Path, Path, int, int], float]
 
-    ecfg = EvalConfig(
-        policy=str(folder), episodes=cfg.eval_episodes, num_envs=cfg.eval_num_envs, out=str(out), progress=False
-    )
+
+def _evaluate(evaluator: Evaluator, folder: Path, out: Path, cfg: BCConfig) -> float:
     with preserved_rng():  # the flow head's noise and the envs must not shift the training's random streams
-        results = evaluate(ecfg)
-    return float(next(iter(results["tasks"].values()))["success_rate"])
+        return float(evaluator(folder, out, cfg.eval_episodes, cfg.eval_num_envs))
 
 
 def _barrier() -> None:
@@ -352,22 +250,29 @@ def _barrier() -> None:
 
 
 # ---------------------------------------------------------------------------- main
-def train_bc(cfg: BCConfig) -> dict[str, Any]:
+def train_bc(cfg: BCConfig, evaluator: Evaluator | None = None) -> dict[str, Any]:
     """Train a `VLAPolicy` by behaviour cloning; returns {"step", "checkpoint", "loss", "success_rate", "policy"}.
 
     Under torchrun (RANK/WORLD_SIZE set) every rank calls this; only rank 0 writes, logs and evaluates.
+    `evaluator` scores the checkpoints when ``cfg.eval_every > 0``.
     """
-    device = _resolve_device(cfg.device)
+    if cfg.eval_every > 0 and evaluator is None:
+        raise ValueError(
+            "eval_every > 0 needs an evaluator: train_bc(cfg, evaluator=vlagym.eval.evaluate.checkpoint_success_rate)"
+        )
+    device = resolve_device(cfg.device)
     created_group = _init_distributed(device)
     rank, world = _world()
     try:
-        return _train(cfg, device, rank, world)
+        return _train(cfg, device, rank, world, evaluator)
     finally:
         if created_group:
             dist.destroy_process_group()
 
 
-def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[str, Any]:  # noqa: C901 - one script
+def _train(  # noqa: C901 - one script
+    cfg: BCConfig, device: torch.device, rank: int, world: int, evaluator: Evaluator | None
+) -> dict[str, Any]:
     out = Path(cfg.out)
     main_rank = rank == 0
     if device.type == "cuda":
@@ -402,7 +307,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     policy.to(device).train()
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
-    optimizer = torch.optim.AdamW(_param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
     # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
     # steps would then keep the old schedule's end (lr 0 for every added step).
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.steps))
@@ -412,7 +317,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     step = 0
     last = latest_checkpoint(out) if cfg.resume else None
     if last is not None:
-        state = torch.load(last / STATE_NAME, map_location="cpu", weights_only=True)
+        state = load_state(last)
         policy.load_state_dict(state["model"], strict=True)
         if ema is not None:
             if state.get("ema") is None:
@@ -444,7 +349,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
     if main_rank:
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(str(out / "tb"), purge_step=step if step else None)
+        writer = SummaryWriter(str(out / TB_DIR), purge_step=step if step else None)
     from tqdm.auto import tqdm
 
     bar = tqdm(
@@ -465,7 +370,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
             optimizer.step()
             scheduler.step()
             if ema is not None:
-                _ema_update(ema, policy, cfg.ema)
+                ema_update(ema, policy, cfg.ema)
             step += 1
             loss_value = float(loss.detach())
             history.append(loss_value)
@@ -496,7 +401,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int) -> dict[s
                     }
                     ckpt = write_checkpoint(out, step, ema if ema is not None else policy, state, extra)
                     if do_eval:
-                        success_rate = _evaluate(ckpt, out / "eval" / f"step_{step}", cfg)
+                        success_rate = _evaluate(evaluator, ckpt, out / "eval" / f"step_{step}", cfg)
                         writer.add_scalar("eval/success_rate", success_rate, step)
                         logger.info("step %d: success rate %.3f", step, success_rate)
                 _barrier()

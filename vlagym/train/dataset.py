@@ -74,7 +74,7 @@ def _demo_number(path: Path, name: str) -> int:
     return int(suffix)
 
 
-def _complete_demos(data: h5py.Group, path: Path) -> list[str]:
+def complete_demos(data: h5py.Group, path: Path) -> list[str]:
     """Names of the complete demos in numeric order (demo_2 before demo_10)."""
     names = sorted(data, key=lambda name: _demo_number(path, name))
     return [name for name in names if bool(data[name].attrs.get("complete", False))]
@@ -170,7 +170,7 @@ def _iter_lowdim(paths: list[Path]):
     for path in paths:
         with h5py.File(path, "r") as f:
             data = _check_format(f, path)
-            for name in _complete_demos(data, path):
+            for name in complete_demos(data, path):
                 yield {key: ds[()].astype(np.float64) for key, ds in _lowdim_arrays(data[name]).items()}
 
 
@@ -274,14 +274,8 @@ def load_or_compute_stats(path: PathLike, recompute: bool = False, bins: int = S
 
 
 def to_norm_stats(stats: Stats | NormStats, mode: str = "mean_std", eps: float = NORM_EPS) -> NormStats:
-    """The wrappers' `NormStats` of dataset statistics, so training and evaluation normalise identically.
-
-    The dataset's "actions" entry becomes "action", the key of the item and of `NormalizeAction`.
-    """
-    if isinstance(stats, NormStats):
-        return stats
-    features = {("action" if key == "actions" else key): value for key, value in stats.items()}
-    return NormStats.from_features(features, mode=mode, eps=eps)
+    """The wrappers' `NormStats` of dataset statistics, so training and evaluation normalise identically."""
+    return NormStats.from_dataset_stats(stats, mode=mode, eps=eps)
 
 
 # ---------------------------------------------------------------------------- the dataset
@@ -376,7 +370,7 @@ class DemoDataset(Dataset):
         for fi, path in enumerate(self.paths):
             with h5py.File(path, "r") as f:
                 data = _check_format(f, path)
-                complete = _complete_demos(data, path)
+                complete = complete_demos(data, path)
                 self.num_skipped += len(data) - len(complete)
                 for name in complete:
                     demo = data[name]

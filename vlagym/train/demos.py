@@ -269,7 +269,7 @@ class _ExpertRecorder(gym.Wrapper):
         base = self.env.unwrapped
         sim = base.current if isinstance(base, MultiTaskEnv) else base
         task = base.task if isinstance(base, MultiTaskEnv) else (self.env.spec.id if self.env.spec else "")
-        state = sim._state_vector()
+        state = sim.state_vector()
         proprio = np.array(obs["proprio"], np.float32) if isinstance(obs, dict) else state[: Robot.PROPRIO_DIM].copy()
         action = np.asarray(self.expert(obs), np.float32)
         return _StepRecord(self._seed, self._t, action, proprio, state, sim.sim_state(), task)
@@ -277,7 +277,7 @@ class _ExpertRecorder(gym.Wrapper):
 
 # ---------------------------------------------------------------------------- episodes
 @dataclass
-class _Episode:
+class DemoEpisode:
     """One episode being recorded (lists grow by one entry per step)."""
 
     index: int
@@ -298,7 +298,7 @@ class _Episode:
         return len(self.actions)
 
 
-def _write_demo(data: h5py.Group, name: str, ep: _Episode, compression: str) -> None:
+def write_demo(data: h5py.Group, name: str, ep: DemoEpisode, compression: str) -> None:
     """One complete demo group; `complete` is written last, so a reader never takes a partial demo for one."""
     n = len(ep)
     g = data.create_group(name)
@@ -385,13 +385,13 @@ class _Journal:
             self.last_seed = max(seeds) if seeds else None
         shutil.copyfile(self.path, self.partial)
 
-    def commit(self, episodes: list[_Episode]) -> None:
+    def commit(self, episodes: list[DemoEpisode]) -> None:
         """Append finished episodes to the file, atomically."""
         names = []
         with h5py.File(self.partial, "a") as f:
             for ep in episodes:
                 name = layout.demo_name(self.demos + len(names))
-                _write_demo(f["data"], name, ep, self.compression)
+                write_demo(f["data"], name, ep, self.compression)
                 names.append(name)
             f["data"].attrs["total"] = self.total + sum(len(ep) for ep in episodes)
         self.spare.unlink(missing_ok=True)
@@ -481,10 +481,10 @@ class _Collector:
         self.k = envs.num_envs
         self.next_episode = first
         self.next_to_write = first
-        self.running: list[_Episode | None] = [None] * self.k
+        self.running: list[DemoEpisode | None] = [None] * self.k
         self.actions = np.zeros((self.k, *envs.single_action_space.shape), np.float32)
         self.labels = np.zeros_like(self.actions)  # the expert's actions (self.actions adds the noise)
-        self.finished: dict[int, _Episode] = {}
+        self.finished: dict[int, DemoEpisode] = {}
         self.successes = 0
         self.failed_seeds: list[int] = []
 
@@ -493,7 +493,7 @@ class _Collector:
         if self.next_episode >= self.cfg.episodes:
             self.running[i] = None
             return None
-        ep = _Episode(index=self.next_episode, seed=self.cfg.seed + self.next_episode)
+        ep = DemoEpisode(index=self.next_episode, seed=self.cfg.seed + self.next_episode)
         if self.cfg.action_noise > 0:
             ep.noise = np.random.default_rng([NOISE_STREAM, ep.seed])
         self.running[i] = ep
@@ -523,7 +523,7 @@ class _Collector:
             noisy = rec.action[arm] + ep.noise.normal(0.0, self.cfg.action_noise, len(rec.action) - 1)
             self.actions[i, arm] = np.clip(noisy, -1.0, 1.0)
 
-    def _finish(self, ep: _Episode, success: bool) -> None:
+    def _finish(self, ep: DemoEpisode, success: bool) -> None:
         ep.success = success
         self.finished[ep.index] = ep
         if success:
@@ -577,7 +577,7 @@ class _Collector:
                     self._record(i, obs, info, at_reset=True)
 
 
-def _ignore_sigint(env: gym.Env, main_pid: int) -> gym.Env:
+def ignore_sigint(env: gym.Env, main_pid: int) -> gym.Env:
     """Run in each async worker as it builds its env: Ctrl-C reaches the whole process group, and the main
     process alone should handle it (it closes the workers), instead of every worker dying with a traceback.
     AsyncVectorEnv also builds one env in the main process (to read the spaces): that one is left alone."""
@@ -593,7 +593,7 @@ def _make_envs(cfg: DemoConfig, num_envs: int) -> gym.vector.VectorEnv:
         # Gymnasium 1.4's async worker clears its pending autoreset on a masked reset only with shared
         # memory; without it a seeded reset would be followed by an unseeded one.
         vector_kwargs["shared_memory"] = True
-        wrappers.append(functools.partial(_ignore_sigint, main_pid=os.getpid()))
+        wrappers.append(functools.partial(ignore_sigint, main_pid=os.getpid()))
     return gym.make_vec(
         cfg.task,
         num_envs=num_envs,

@@ -143,6 +143,17 @@ class NormStats:
             out[key] = FeatureStats(**{name: stats[name] for name in STAT_FIELDS})
         return cls(out, mode=mode, eps=eps)
 
+    @classmethod
+    def from_dataset_stats(cls, stats: Mapping[str, Any] | NormStats, mode: str = "mean_std", eps: float = 1e-6):
+        """From a demo dataset's statistics (`vlagym.train.dataset.compute_stats`); a `NormStats` passes through.
+
+        The dataset's "actions" entry becomes "action", the key of a policy's output and of `NormalizeAction`.
+        """
+        if isinstance(stats, NormStats):
+            return stats
+        features = {("action" if key == "actions" else key): value for key, value in stats.items()}
+        return cls.from_features(features, mode=mode, eps=eps)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,

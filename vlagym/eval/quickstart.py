@@ -99,7 +99,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     # Heavy imports here: `vlagym.cli` must load without torch.
     from vlagym.eval.evaluate import EvalConfig, evaluate
     from vlagym.policies.config import VLAConfig
-    from vlagym.train.bc import BCConfig, latest_checkpoint, train_bc
+    from vlagym.train.bc import BCConfig, train_bc
+    from vlagym.train.run import latest_checkpoint
     from vlagym.train.demos import DemoConfig, collect_demos
 
     out = Path(cfg.out)
