@@ -62,6 +62,7 @@ from vlagym.envs.catalog import task_rows
 from vlagym.envs.splits import SPLITS
 from vlagym.eval.curve import CURVE_JSON, CURVE_MD, CURVE_PNG, CurveConfig, CurveError, format_curve, run_curve
 from vlagym.eval.evaluate import EvalConfig, EvalError, evaluate, format_results
+from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.eval.report import REPORT_HTML, ReportError, load_bundle, write_report
 from vlagym.eval.stats import ALPHA, PairingError, compare_outcomes, replicate_mean
 from vlagym.eval.suite_run import (
@@ -92,7 +93,6 @@ from vlagym.train.demos import (
     DemoError,
     collect_demos,
 )
-from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.train.validate import DatasetError, check_dataset, dataset_info, format_info
 
 if TYPE_CHECKING:  # torch and the policy load only when train-bc runs: `vlagym list` stays quick

@@ -100,8 +100,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     from vlagym.eval.evaluate import EvalConfig, evaluate
     from vlagym.policies.config import VLAConfig
     from vlagym.train.bc import BCConfig, train_bc
-    from vlagym.train.run import latest_checkpoint
     from vlagym.train.demos import DemoConfig, collect_demos
+    from vlagym.train.run import latest_checkpoint
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
