@@ -8,7 +8,7 @@ env = gym.make("VLA-PickCup-v0", obs_mode="rgb")
 
 from __future__ import annotations
 
-from vlagym._headless import configure_headless_gl
+from vlagym.headless import configure_headless_gl
 
 # Before anything imports mujoco's renderer: headless EGL unless the user chose.
 configure_headless_gl()

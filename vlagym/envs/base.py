@@ -23,8 +23,8 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from vlagym import _headless
-from vlagym._headless import has_display
+from vlagym import headless
+from vlagym.headless import has_display
 from vlagym.envs.objects import FreeObject
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 from vlagym.envs.spaces import InstructionSpace
@@ -498,12 +498,12 @@ class VLAEnv(gym.Env):
             "MuJoCo chooses its OpenGL backend when mujoco is first imported: on a headless Linux machine set "
             "MUJOCO_GL=egl in the environment, or import vlagym before mujoco."
         )
-        if _headless.gl_failure is not None:
-            raise RuntimeError(f"offscreen rendering is unavailable: {_headless.gl_failure}. {advice}")
+        if headless.gl_failure is not None:
+            raise RuntimeError(f"offscreen rendering is unavailable: {headless.gl_failure}. {advice}")
         try:
             renderer = mujoco.Renderer(self.model, height, width)
         except Exception as err:  # mujoco raises FatalError or ImportError depending on the backend
-            _headless.gl_failure = f"creating an OpenGL context failed ({err})"
+            headless.gl_failure = f"creating an OpenGL context failed ({err})"
             raise RuntimeError(f"could not create an offscreen OpenGL context: {err}. {advice}") from err
         _track_renderer_owner(self)
         return renderer
