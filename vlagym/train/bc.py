@@ -29,7 +29,6 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from vlagym.checks import check_float, check_int
-from vlagym.config import Config
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
-from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import VLAPolicy
 from vlagym.train.augment import ImageAugment
+from vlagym.train.configs import BCConfig
 from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats
 from vlagym.train.run import (
-    DEVICES,
     STATE_NAME,
     TB_DIR,
     checkpoint_dir,
@@ -67,100 +63,6 @@ from vlagym.train.sampler import ShardSampler
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "bc_config.json"
-
-
-# ---------------------------------------------------------------------------- config
-@dataclass
-class BCConfig(Config):
-    """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
-
-    dataset: list[str]
-    """demo files (HDF5, `vlagym demos`); the env of the first one is the evaluation env"""
-    out: str = "runs/bc"
-    """run folder: config, TensorBoard logs, checkpoints, evaluations"""
-    policy: VLAConfig = field(default_factory=VLAConfig)
-    """the policy's architecture (a `VLAConfig`, or its dict)"""
-    steps: int = 3000
-    """total optimiser steps (every DDP rank stops at this count)"""
-    batch_size: int = 64
-    """samples per optimiser step and rank"""
-    lr: float = 3e-4
-    """peak learning rate of AdamW"""
-    weight_decay: float = 1e-4
-    """AdamW weight decay of the weight matrices (biases, norms and embeddings' 1-d params get none)"""
-    warmup_steps: int = 100
-    """linear warmup from lr / warmup_steps to lr, then cosine decay to 0 at `steps`"""
-    grad_clip: float = 1.0
-    """clip the global gradient norm to this (0: no clipping; the norm is logged either way)"""
-    ema: float = 0.0
-    """decay of an exponential moving average of the weights, e.g. 0.999 (0: off); when on, the EMA weights are
-    what gets evaluated and saved as the policy"""
-    seed: int = 0
-    """seeds the model init, the batch order, the augmentation and the flow noise"""
-    num_workers: int = 0
-    """DataLoader worker processes per rank"""
-    augment: bool = True
-    """random crop and colour jitter of the images (`ImageAugment`; never mirrored or rotated)"""
-    eval_every: int = 0
-    """evaluate the success rate every this many steps and at the end (0: never)"""
-    eval_episodes: int = 10
-    """episodes per evaluation (seeds 100000 + i, as `vlagym eval`)"""
-    eval_num_envs: int = 1
-    """parallel sub-envs of the evaluation"""
-    checkpoint_every: int = 1000
-    """write a checkpoint every this many steps (0: only at the end; the last step always gets one)"""
-    log_every: int = 10
-    """TensorBoard scalars every this many steps"""
-    device: str = "auto"
-    """"auto" (CUDA when available), "cpu" or "cuda\""""
-    bf16: bool = True
-    """bf16 autocast of the forward pass (CUDA only; ignored on the CPU)"""
-    tf32: bool = False
-    """allow TF32 matmuls and convolutions on CUDA (faster, less precise)"""
-    compile: bool = False
-    """`torch.compile` the model"""
-    resume: bool = False
-    """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
-    progress: bool = True
-    """show a progress bar (rank 0)"""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.dataset, (str, os.PathLike)):
-            self.dataset = [self.dataset]
-        self.dataset = [str(p) for p in self.dataset]
-        if not self.dataset:
-            raise ValueError("dataset must name at least one demo file, got []")
-        for path in self.dataset:
-            if not Path(path).is_file():
-                raise ValueError(f"dataset file {path!r} does not exist")
-        if isinstance(self.policy, dict):
-            self.policy = VLAConfig.from_dict(self.policy)
-        if not isinstance(self.policy, VLAConfig):
-            raise ValueError(f"policy must be a VLAConfig or its dict, got {self.policy!r}")
-        for name, low in (
-            ("steps", 1),
-            ("batch_size", 1),
-            ("warmup_steps", 0),
-            ("seed", 0),
-            ("num_workers", 0),
-            ("eval_every", 0),
-            ("eval_episodes", 1),
-            ("eval_num_envs", 1),
-            ("checkpoint_every", 0),
-            ("log_every", 1),
-        ):
-            check_int(name, getattr(self, name), low)
-        check_float("lr", self.lr, 0.0, low_open=True)
-        check_float("weight_decay", self.weight_decay, 0.0)
-        check_float("grad_clip", self.grad_clip, 0.0)
-        check_float("ema", self.ema, 0.0, 1.0)
-        if self.ema == 1.0:
-            raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
-        for name in ("augment", "bf16", "tf32", "compile", "resume", "progress"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 # ---------------------------------------------------------------------------- helpers

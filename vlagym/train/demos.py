@@ -58,22 +58,17 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 import vlagym
-from vlagym.envs.base import CAMERAS, OBS_MODES
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import Robot
 from vlagym.io import atomic_write_json
 from vlagym.train import layout
+from vlagym.train.configs import COMPRESSIONS, CONFIG_SUFFIX, VECTORIZATION_MODES, DemoConfig, DemoError
 
 logger = logging.getLogger(__name__)
 
-COMPRESSIONS = ("gzip", "lzf", "none")
-VECTORIZATION_MODES = ("sync", "async")
-CONFIG_SUFFIX = ".config.json"  # the config beside the file: FILE.hdf5.config.json
 PARTIAL_SUFFIX = ".partial"  # working copy (see the module docstring)
 SPARE_SUFFIX = ".spare"
 RECORD_KEY = "demo_record"  # the info key `_ExpertRecorder` fills
-# Set by DemoConfig's own fields; env_kwargs may not repeat them.
-RESERVED_ENV_KWARGS = ("obs_mode", "image_size", "cameras", "render_mode")
 # Config fields that decide the file's content: a resumed run must match them.
 SAME_ON_RESUME = (
     "task",
@@ -87,111 +82,6 @@ SAME_ON_RESUME = (
     "action_noise",
 )
 NOISE_STREAM = 0x4E015E  # the action noise of episode `seed` comes from default_rng([NOISE_STREAM, seed])
-
-
-class DemoError(ValueError):
-    """Bad collection settings, or an output file that does not fit them; the message says which."""
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise DemoError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-
-@dataclass
-class DemoConfig:
-    """Options of `collect_demos` (and `vlagym demos`)."""
-
-    task: str
-    """registered vlagym env id, e.g. VLA-PickCup-v0"""
-    episodes: int = 100
-    """episodes to run, with seeds seed .. seed + episodes - 1; failed ones are dropped unless keep_failures"""
-    num_envs: int = 1
-    """sub-envs running the expert side by side (the file does not depend on it)"""
-    out: str = ""
-    """output HDF5 path (.hdf5 or .h5); empty means demos/<task>.hdf5"""
-    seed: int = 0
-    """episode i is reset with seed + i"""
-    obs_mode: str = "rgb"
-    """env observation mode: "rgb" or "rgb+state" record camera images; "state" records none. obs/proprio and
-    obs/state are recorded in every mode"""
-    image_size: int = 128
-    """height and width of every camera image, in pixels"""
-    cameras: tuple[str, ...] = ("front", "wrist")
-    """cameras recorded as obs/<camera>_rgb"""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """further keyword arguments of the env, e.g. {"split": "train"}; JSON-serialisable"""
-    keep_failures: bool = False
-    """also keep episodes the expert failed (their success attribute is false)"""
-    action_noise: float = 0.0
-    """std of Gaussian noise added to the expert's arm actions before they are executed (DART-style): the
-    expert corrects the perturbations, so the demos show recoveries from the small errors a cloned policy
-    makes. `actions` then stores what was executed, `expert_actions` the expert's own (the training labels).
-    The gripper command is never perturbed; the noise of an episode depends only on its seed"""
-    resume: bool = False
-    """continue an interrupted file from the episode after its last demo (same settings required); a missing file
-    is started afresh"""
-    overwrite: bool = False
-    """replace an existing output file (without it, an existing file is an error unless resume)"""
-    compression: str = "gzip"
-    """HDF5 filter of the image datasets: "gzip" (the layout's), "lzf" (faster, larger) or "none\""""
-    vectorization: str = "sync"
-    """gymnasium vectorization mode: "sync" (one process) or "async" (one worker process per sub-env)"""
-    progress: bool = True
-    """show a progress bar on stderr"""
-
-    def __post_init__(self) -> None:
-        self.task = self.task.removeprefix("vlagym:")
-        if self.task not in vlagym.TASKS:
-            raise DemoError(f"unknown task {self.task!r}; known tasks: {sorted(vlagym.TASKS)}")
-        if not self.out:
-            self.out = str(Path("demos") / f"{self.task}.hdf5")
-        if Path(self.out).suffix.lower() not in (".hdf5", ".h5"):
-            raise DemoError(f"out must end in .hdf5 or .h5, got {self.out!r}")
-        for name in ("episodes", "num_envs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise DemoError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise DemoError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if isinstance(self.action_noise, bool) or not isinstance(self.action_noise, (int, float)):
-            raise DemoError(f"action_noise must be a number, got {self.action_noise!r}")
-        if not 0.0 <= self.action_noise <= 1.0:
-            raise DemoError(f"action_noise must be in [0, 1] (normalised action units), got {self.action_noise!r}")
-        self.action_noise = float(self.action_noise)
-        _choice("obs_mode", self.obs_mode, OBS_MODES)
-        if not isinstance(self.image_size, int) or not 8 <= self.image_size <= 2048:
-            raise DemoError(f"image_size must be an integer between 8 and 2048, got {self.image_size!r}")
-        self.cameras = (self.cameras,) if isinstance(self.cameras, str) else tuple(self.cameras)
-        if not self.cameras or len(set(self.cameras)) != len(self.cameras):
-            raise DemoError(f"cameras must name one or more distinct cameras of {list(CAMERAS)}, got {self.cameras}")
-        for camera in self.cameras:
-            _choice("camera", camera, CAMERAS)
-        _choice("compression", self.compression, COMPRESSIONS)
-        _choice("vectorization", self.vectorization, VECTORIZATION_MODES)
-        if self.resume and self.overwrite:
-            raise DemoError("resume and overwrite exclude each other")
-        self.env_kwargs = dict(self.env_kwargs)
-        clash = sorted(set(self.env_kwargs) & set(RESERVED_ENV_KWARGS))
-        if clash:
-            raise DemoError(f"env_kwargs may not set {clash}: they are options of their own (or not recordable)")
-        try:
-            json.dumps(self.env_kwargs)
-        except TypeError as e:
-            raise DemoError(f"env_kwargs must be JSON-serialisable (they are stored in the file): {e}") from e
-
-    def make_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `gym.make(task, ...)` that rebuild the env of these demos (stored in the file)."""
-        return {"obs_mode": self.obs_mode, "image_size": self.image_size, "cameras": list(self.cameras)} | dict(
-            self.env_kwargs
-        )
-
-    def has_images(self) -> bool:
-        return self.obs_mode != "state"
-
-    def obs_keys(self) -> list[str]:
-        images = [layout.image_key(c) for c in self.cameras] if self.has_images() else []
-        return [*images, "proprio", "state"]
 
 
 @dataclass
@@ -715,4 +605,13 @@ def collect_demos(cfg: DemoConfig) -> DemoSummary:
     return summary
 
 
-__all__ = ["DemoConfig", "DemoError", "DemoSummary", "collect_demos"]
+# The configs live in `vlagym.train.configs` (light, for the CLI); importers of this module keep their names.
+__all__ = [
+    "COMPRESSIONS",
+    "CONFIG_SUFFIX",
+    "VECTORIZATION_MODES",
+    "DemoConfig",
+    "DemoError",
+    "DemoSummary",
+    "collect_demos",
+]

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 
 from vlagym.io import atomic_write_json
+from vlagym.train.configs import DEVICES
 
 CHECKPOINTS_DIR = "checkpoints"
 LAST_NAME = "last.json"
 STATE_NAME = "training_state.pt"
 TB_DIR = "tb"
-DEVICES = ("auto", "cpu", "cuda")
 
 
 # ---------------------------------------------------------------------------- checkpoint folders

@@ -1,0 +1,253 @@
+"""The configs of `vlagym demos` (`DemoConfig`) and `vlagym train-bc` (`BCConfig`), and the choices they check.
+
+This module imports neither torch nor mujoco, h5py or stable-baselines3: the CLI generates its options (and
+``--help``) from these dataclasses, and that must stay fast. A check that needs a heavy module (the env's
+cameras and observation modes live beside the MuJoCo code) imports it inside ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import vlagym
+from vlagym.checks import check_float, check_int
+from vlagym.config import Config
+from vlagym.policies.config import VLAConfig
+from vlagym.train import layout
+
+COMPRESSIONS = ("gzip", "lzf", "none")
+VECTORIZATION_MODES = ("sync", "async")
+DEVICES = ("auto", "cpu", "cuda")
+CONFIG_SUFFIX = ".config.json"  # the config beside a demo file: FILE.hdf5.config.json
+# Set by DemoConfig's own fields; env_kwargs may not repeat them.
+RESERVED_ENV_KWARGS = ("obs_mode", "image_size", "cameras", "render_mode")
+
+
+class DemoError(ValueError):
+    """Bad collection settings, or an output file that does not fit them; the message says which."""
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise DemoError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------- demos
+@dataclass
+class DemoConfig(Config):
+    """Options of `collect_demos` (and `vlagym demos`)."""
+
+    task: str
+    """registered vlagym env id, e.g. VLA-PickCup-v0"""
+    episodes: int = 100
+    """episodes to run, with seeds seed .. seed + episodes - 1; failed ones are dropped unless keep_failures"""
+    num_envs: int = 1
+    """sub-envs running the expert side by side (the file does not depend on it)"""
+    out: str = ""
+    """output HDF5 path (.hdf5 or .h5); empty means demos/<task>.hdf5"""
+    seed: int = 0
+    """episode i is reset with seed + i"""
+    obs_mode: str = "rgb"
+    """env observation mode: "rgb" or "rgb+state" record camera images; "state" records none. obs/proprio and
+    obs/state are recorded in every mode"""
+    image_size: int = 128
+    """height and width of every camera image, in pixels"""
+    cameras: tuple[str, ...] = ("front", "wrist")
+    """cameras recorded as obs/<camera>_rgb"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """further keyword arguments of the env, e.g. {"split": "train"}; JSON-serialisable"""
+    keep_failures: bool = False
+    """also keep episodes the expert failed (their success attribute is false)"""
+    action_noise: float = 0.0
+    """std of Gaussian noise added to the expert's arm actions before they are executed (DART-style): the
+    expert corrects the perturbations, so the demos show recoveries from the small errors a cloned policy
+    makes. `actions` then stores what was executed, `expert_actions` the expert's own (the training labels).
+    The gripper command is never perturbed; the noise of an episode depends only on its seed"""
+    resume: bool = False
+    """continue an interrupted file from the episode after its last demo (same settings required); a missing file
+    is started afresh"""
+    overwrite: bool = False
+    """replace an existing output file (without it, an existing file is an error unless resume)"""
+    compression: str = "gzip"
+    """HDF5 filter of the image datasets: "gzip" (the layout's), "lzf" (faster, larger) or "none\""""
+    vectorization: str = "sync"
+    """gymnasium vectorization mode: "sync" (one process) or "async" (one worker process per sub-env)"""
+    progress: bool = True
+    """show a progress bar on stderr"""
+
+    def __post_init__(self) -> None:
+        self.task = self.task.removeprefix("vlagym:")
+        if self.task not in vlagym.TASKS:
+            raise DemoError(f"unknown task {self.task!r}; known tasks: {sorted(vlagym.TASKS)}")
+        if not self.out:
+            self.out = str(Path("demos") / f"{self.task}.hdf5")
+        if Path(self.out).suffix.lower() not in (".hdf5", ".h5"):
+            raise DemoError(f"out must end in .hdf5 or .h5, got {self.out!r}")
+        self._check_numbers()
+        self._check_observations()
+        _choice("compression", self.compression, COMPRESSIONS)
+        _choice("vectorization", self.vectorization, VECTORIZATION_MODES)
+        if self.resume and self.overwrite:
+            raise DemoError("resume and overwrite exclude each other")
+        self._check_env_kwargs()
+
+    def _check_numbers(self) -> None:
+        for name in ("episodes", "num_envs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise DemoError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise DemoError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if isinstance(self.action_noise, bool) or not isinstance(self.action_noise, (int, float)):
+            raise DemoError(f"action_noise must be a number, got {self.action_noise!r}")
+        if not 0.0 <= self.action_noise <= 1.0:
+            raise DemoError(f"action_noise must be in [0, 1] (normalised action units), got {self.action_noise!r}")
+        self.action_noise = float(self.action_noise)
+
+    def _check_observations(self) -> None:
+        from vlagym.envs.base import CAMERAS, OBS_MODES  # mujoco: only when a config is built, never for --help
+
+        _choice("obs_mode", self.obs_mode, OBS_MODES)
+        if not isinstance(self.image_size, int) or not 8 <= self.image_size <= 2048:
+            raise DemoError(f"image_size must be an integer between 8 and 2048, got {self.image_size!r}")
+        self.cameras = (self.cameras,) if isinstance(self.cameras, str) else tuple(self.cameras)
+        if not self.cameras or len(set(self.cameras)) != len(self.cameras):
+            raise DemoError(f"cameras must name one or more distinct cameras of {list(CAMERAS)}, got {self.cameras}")
+        for camera in self.cameras:
+            _choice("camera", camera, CAMERAS)
+
+    def _check_env_kwargs(self) -> None:
+        self.env_kwargs = dict(self.env_kwargs)
+        clash = sorted(set(self.env_kwargs) & set(RESERVED_ENV_KWARGS))
+        if clash:
+            raise DemoError(f"env_kwargs may not set {clash}: they are options of their own (or not recordable)")
+        try:
+            json.dumps(self.env_kwargs)
+        except TypeError as e:
+            raise DemoError(f"env_kwargs must be JSON-serialisable (they are stored in the file): {e}") from e
+
+    def make_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `gym.make(task, ...)` that rebuild the env of these demos (stored in the file)."""
+        return {"obs_mode": self.obs_mode, "image_size": self.image_size, "cameras": list(self.cameras)} | dict(
+            self.env_kwargs
+        )
+
+    def has_images(self) -> bool:
+        return self.obs_mode != "state"
+
+    def obs_keys(self) -> list[str]:
+        images = [layout.image_key(c) for c in self.cameras] if self.has_images() else []
+        return [*images, "proprio", "state"]
+
+
+# ---------------------------------------------------------------------------- behaviour cloning
+@dataclass
+class BCConfig(Config):
+    """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
+
+    dataset: list[str]
+    """demo files (HDF5, `vlagym demos`); the env of the first one is the evaluation env"""
+    out: str = "runs/bc"
+    """run folder: config, TensorBoard logs, checkpoints, evaluations"""
+    policy: VLAConfig = field(default_factory=VLAConfig)
+    """the policy's architecture (a `VLAConfig`, or its dict)"""
+    steps: int = 3000
+    """total optimiser steps (every DDP rank stops at this count)"""
+    batch_size: int = 64
+    """samples per optimiser step and rank"""
+    lr: float = 3e-4
+    """peak learning rate of AdamW"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay of the weight matrices (biases, norms and embeddings' 1-d params get none)"""
+    warmup_steps: int = 100
+    """linear warmup from lr / warmup_steps to lr, then cosine decay to 0 at `steps`"""
+    grad_clip: float = 1.0
+    """clip the global gradient norm to this (0: no clipping; the norm is logged either way)"""
+    ema: float = 0.0
+    """decay of an exponential moving average of the weights, e.g. 0.999 (0: off); when on, the EMA weights are
+    what gets evaluated and saved as the policy"""
+    seed: int = 0
+    """seeds the model init, the batch order, the augmentation and the flow noise"""
+    num_workers: int = 0
+    """DataLoader worker processes per rank"""
+    augment: bool = True
+    """random crop and colour jitter of the images (`ImageAugment`; never mirrored or rotated)"""
+    eval_every: int = 0
+    """evaluate the success rate every this many steps and at the end (0: never)"""
+    eval_episodes: int = 10
+    """episodes per evaluation (seeds 100000 + i, as `vlagym eval`)"""
+    eval_num_envs: int = 1
+    """parallel sub-envs of the evaluation"""
+    checkpoint_every: int = 1000
+    """write a checkpoint every this many steps (0: only at the end; the last step always gets one)"""
+    log_every: int = 10
+    """TensorBoard scalars every this many steps"""
+    device: str = "auto"
+    """"auto" (CUDA when available), "cpu" or "cuda\""""
+    bf16: bool = True
+    """bf16 autocast of the forward pass (CUDA only; ignored on the CPU)"""
+    tf32: bool = False
+    """allow TF32 matmuls and convolutions on CUDA (faster, less precise)"""
+    compile: bool = False
+    """`torch.compile` the model"""
+    resume: bool = False
+    """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
+    progress: bool = True
+    """show a progress bar (rank 0)"""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dataset, (str, os.PathLike)):
+            self.dataset = [self.dataset]
+        self.dataset = [str(p) for p in self.dataset]
+        if not self.dataset:
+            raise ValueError("dataset must name at least one demo file, got []")
+        for path in self.dataset:
+            if not Path(path).is_file():
+                raise ValueError(f"dataset file {path!r} does not exist")
+        if isinstance(self.policy, dict):
+            self.policy = VLAConfig.from_dict(self.policy)
+        if not isinstance(self.policy, VLAConfig):
+            raise ValueError(f"policy must be a VLAConfig or its dict, got {self.policy!r}")
+        self._check_numbers()
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        for name in ("augment", "bf16", "tf32", "compile", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def _check_numbers(self) -> None:
+        for name, low in (
+            ("steps", 1),
+            ("batch_size", 1),
+            ("warmup_steps", 0),
+            ("seed", 0),
+            ("num_workers", 0),
+            ("eval_every", 0),
+            ("eval_episodes", 1),
+            ("eval_num_envs", 1),
+            ("checkpoint_every", 0),
+            ("log_every", 1),
+        ):
+            check_int(name, getattr(self, name), low)
+        check_float("lr", self.lr, 0.0, low_open=True)
+        check_float("weight_decay", self.weight_decay, 0.0)
+        check_float("grad_clip", self.grad_clip, 0.0)
+        check_float("ema", self.ema, 0.0, 1.0)
+        if self.ema == 1.0:
+            raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
+
+
+__all__ = [
+    "BCConfig",
+    "COMPRESSIONS",
+    "CONFIG_SUFFIX",
+    "DEVICES",
+    "DemoConfig",
+    "DemoError",
+    "RESERVED_ENV_KWARGS",
+    "VECTORIZATION_MODES",
+]
