@@ -256,10 +256,10 @@ def test_failures_are_dropped_unless_kept(keep, tmp_path):
 # ---------------------------------------------------------------------------- crash safety and resume
 CHILD = """
 import os, signal, sys, json
-from vlagym.train import demos
+from vlagym.train import demo_writer, demos
 point, at, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 kwargs = json.loads(sys.argv[4])
-write, replace, commit = demos.write_demo, os.replace, demos._Journal.commit
+write, replace, commit = demo_writer.write_demo, os.replace, demo_writer.DemoJournal.commit
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -272,7 +272,7 @@ def half_write(data, name, ep, compression):
     write(data, name, ep, compression)
 
 def replace_then(src, dst):
-    if point == "spare" and str(src).endswith(".spare") and f"demo_{at}" in demos.h5py.File(src, "r")["data"]:
+    if point == "spare" and str(src).endswith(".spare") and f"demo_{at}" in demo_writer.h5py.File(src, "r")["data"]:
         die()  # the new version is committed, its twin not yet renamed
     replace(src, dst)
 
@@ -280,7 +280,7 @@ def slow_commit(self, episodes):
     commit(self, episodes)
     import time; time.sleep(pause)
 
-demos.write_demo, demos.os.replace, demos._Journal.commit = half_write, replace_then, slow_commit
+demo_writer.write_demo, os.replace, demo_writer.DemoJournal.commit = half_write, replace_then, slow_commit
 demos.collect_demos(demos.DemoConfig(**kwargs))
 """
 
@@ -342,9 +342,9 @@ print(len(f["data"]), int(f["data"].attrs["total"]), int(g["obs/front_rgb"][()].
 
 
 def test_a_reader_holding_the_file_open_sees_its_version_unchanged(pick_k1, tmp_path, monkeypatch):
-    from vlagym.train import demos
+    from vlagym.train.demo_writer import DemoJournal
 
-    path, commit, readers = tmp_path / "read.hdf5", demos._Journal.commit, []
+    path, commit, readers = tmp_path / "read.hdf5", DemoJournal.commit, []
 
     def commit_then_open_a_reader(self, episodes):
         commit(self, episodes)
@@ -355,7 +355,7 @@ def test_a_reader_holding_the_file_open_sees_its_version_unchanged(pick_k1, tmp_
             assert proc.stdout.readline().strip() == "1"
             readers.append(proc)
 
-    monkeypatch.setattr(demos._Journal, "commit", commit_then_open_a_reader)
+    monkeypatch.setattr(DemoJournal, "commit", commit_then_open_a_reader)
     collect(path)
     out, _ = readers[0].communicate("", timeout=60)
     with h5py.File(pick_k1, "r") as ref:
