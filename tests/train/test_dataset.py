@@ -226,7 +226,7 @@ def test_stats_are_cached_and_recomputed_when_the_file_changes(demo_file_factory
     assert load_or_compute_stats(path)["actions"]["mean"][0] == 123.0
     # Rewriting the file (different size and mtime) makes the cache stale.
     demo_file_factory(lengths=(6, 4, 9))
-    with caplog.at_level(logging.INFO, logger="vlagym.train.dataset"):
+    with caplog.at_level(logging.INFO, logger="vlagym.train.stats"):
         fresh = load_or_compute_stats(path)
     assert "stale" in caplog.text
     assert fresh["actions"]["max"][0] == 8.0 and fresh["actions"]["mean"][0] != 123.0

@@ -42,7 +42,7 @@ from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.policies.vla import VLAPolicy
 from vlagym.train.augment import ImageAugment
 from vlagym.train.configs import BCConfig
-from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats
+from vlagym.train.dataset import DemoDataset
 from vlagym.train.run import (
     STATE_NAME,
     TB_DIR,
@@ -59,6 +59,7 @@ from vlagym.train.run import (
     set_rng_state,
 )
 from vlagym.train.sampler import ShardSampler
+from vlagym.train.stats import compute_stats, load_or_compute_stats
 
 logger = logging.getLogger(__name__)
 

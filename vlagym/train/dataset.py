@@ -1,18 +1,16 @@
-"""The behaviour-cloning dataset over demo files (see `vlagym.train.layout`), and their statistics.
+"""The behaviour-cloning dataset over demo files (see `vlagym.train.layout`).
 
 `DemoDataset` yields one sample per (demo, t) with LeRobot-style keys: the observation at t (images per
 camera as uint8, proprio, optionally state and a history of past frames), the instruction, and the next K
 actions (the expert's `expert_actions` where a demo has them) with a padding mask where the chunk runs past
 the episode end. Only demos marked complete count.
 
-`load_or_compute_stats(path)` returns per-key statistics (mean, std, min, max, q01, q99) of the low-dim
-arrays, computed once by streaming over the file (no images) and cached beside it as `FILE.stats.json`.
+The statistics of the files (`load_or_compute_stats`, `compute_stats`, `to_norm_stats`) live in
+`vlagym.train.stats`; they are re-exported here, where their users have always imported them from.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -24,258 +22,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vlagym.io import atomic_write_json
 from vlagym.train import layout
 from vlagym.train.augment import AugmentDraw
+from vlagym.train.demo_reader import PathLike, as_paths, complete_demos, data_group, demo_number, text_attr
+from vlagym.train.stats import LOWDIM_KEYS, Stats, compute_stats, load_or_compute_stats, stats_path, to_norm_stats
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 from vlagym.wrappers.normalize import NormStats
 
-logger = logging.getLogger(__name__)
-
-LOWDIM_KEYS = ("proprio", "state")
-STATS_KEYS = ("actions", *LOWDIM_KEYS)
-STAT_FIELDS = ("mean", "std", "min", "max", "q01", "q99")
 IMAGE_FORMATS = ("chw", "hwc")
-STATS_FORMAT = "vlagym-stats"
-STATS_VERSION = 1
-STATS_BINS = 10_000  # histogram bins per dimension for the quantiles: error at most (max - min) / STATS_BINS
 OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open (least recently used go)
-NORM_EPS = 1e-6  # floor of std or of the range: constant dimensions (padding slots of the state) stay finite
-
-Stats = dict[str, dict[str, list[float]]]
-PathLike = str | os.PathLike
-
-
-# ---------------------------------------------------------------------------- reading demo files
-def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    out = [Path(p) for p in paths]
-    if not out:
-        raise ValueError("no demo files given")
-    return out
-
-
-def _check_format(f: h5py.File, path: Path) -> h5py.Group:
-    fmt, version = f.attrs.get("format"), f.attrs.get("format_version")
-    if fmt != layout.FORMAT:
-        raise ValueError(f"{path}: not a vlagym demo file (format attribute {fmt!r}, expected {layout.FORMAT!r})")
-    if version != layout.FORMAT_VERSION:
-        raise ValueError(f"{path}: demo format version {version!r}, this vlagym reads {layout.FORMAT_VERSION}")
-    if "data" not in f:
-        raise ValueError(f"{path}: no /data group")
-    return f["data"]
-
-
-def _demo_number(path: Path, name: str) -> int:
-    suffix = name.removeprefix(layout.DEMO_PREFIX)
-    if not name.startswith(layout.DEMO_PREFIX) or not suffix.isdigit():
-        raise ValueError(f"{path}: unexpected group /data/{name} (expected {layout.demo_name(0)!r}, ...)")
-    return int(suffix)
-
-
-def complete_demos(data: h5py.Group, path: Path) -> list[str]:
-    """Names of the complete demos in numeric order (demo_2 before demo_10)."""
-    names = sorted(data, key=lambda name: _demo_number(path, name))
-    return [name for name in names if bool(data[name].attrs.get("complete", False))]
-
-
-def _text_attr(group: h5py.Group, name: str) -> str:
-    value = group.attrs.get(name, "")
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-# ---------------------------------------------------------------------------- statistics
-class _Moments:
-    """Count, mean, sum of squared deviations, min and max per dimension, merged block by block (Chan et al.)."""
-
-    def __init__(self, dim: int) -> None:
-        self.count = 0
-        self.mean = np.zeros(dim)
-        self.m2 = np.zeros(dim)
-        self.min = np.full(dim, np.inf)
-        self.max = np.full(dim, -np.inf)
-
-    def update(self, x: np.ndarray) -> None:
-        n = len(x)
-        if n == 0:
-            return
-        mean = x.mean(axis=0)
-        m2 = ((x - mean) ** 2).sum(axis=0)
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
-        self.count = total
-        self.min = np.minimum(self.min, x.min(axis=0))
-        self.max = np.maximum(self.max, x.max(axis=0))
-
-
-class _Histogram:
-    """Fixed bins per dimension over [min, max] with each bin's count, min and max, for quantiles in bounded memory.
-
-    An order statistic is placed inside its bin by rank between the bin's smallest and largest value, so it is
-    exact when a bin holds one distinct value (discrete data: gripper commands, integer steps) and within one
-    bin width otherwise.
-    """
-
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, bins: int) -> None:
-        self.lo, self.bins = lo, bins
-        self.width = np.where(hi > lo, (hi - lo) / bins, 1.0)
-        shape = (len(lo), bins)
-        self.counts = np.zeros(shape, dtype=np.int64)
-        self.bin_min = np.full(shape, np.inf)
-        self.bin_max = np.full(shape, -np.inf)
-
-    def update(self, x: np.ndarray) -> None:
-        idx = np.clip(((x - self.lo) / self.width).astype(np.int64), 0, self.bins - 1)
-        flat = (idx + np.arange(x.shape[1]) * self.bins).ravel()
-        values = x.ravel()
-        self.counts += np.bincount(flat, minlength=self.counts.size).reshape(self.counts.shape)
-        np.minimum.at(self.bin_min.reshape(-1), flat, values)
-        np.maximum.at(self.bin_max.reshape(-1), flat, values)
-
-    def _order_statistic(self, d: int, cum: np.ndarray, j: int) -> float:
-        """The j-th smallest value (0-based) of dimension d."""
-        k = int(np.searchsorted(cum, j, side="right"))
-        count = int(self.counts[d, k])
-        if count == 1:
-            return float(self.bin_min[d, k])
-        position = (j - (cum[k] - count)) / (count - 1)
-        return float(self.bin_min[d, k] + position * (self.bin_max[d, k] - self.bin_min[d, k]))
-
-    def quantile(self, q: float) -> np.ndarray:
-        """numpy's default (linear) quantile: interpolate between the order statistics around q * (n - 1)."""
-        out = np.empty(len(self.lo))
-        for d in range(len(self.lo)):
-            cum = np.cumsum(self.counts[d])
-            rank = q * (cum[-1] - 1)
-            j = int(np.floor(rank))
-            below = self._order_statistic(d, cum, j)
-            above = self._order_statistic(d, cum, min(j + 1, int(cum[-1]) - 1))
-            out[d] = below + (rank - j) * (above - below)
-        return out
-
-
-def _lowdim_arrays(demo: h5py.Group) -> dict[str, h5py.Dataset]:
-    arrays = {"actions": layout.label_actions(demo)}
-    for key in LOWDIM_KEYS:
-        if key in demo["obs"]:
-            arrays[key] = demo["obs"][key]
-    return arrays
-
-
-def _iter_lowdim(paths: list[Path]):
-    """Yield {stats key: float64 array (N, D)} per complete demo, over all files."""
-    for path in paths:
-        with h5py.File(path, "r") as f:
-            data = _check_format(f, path)
-            for name in complete_demos(data, path):
-                yield {key: ds[()].astype(np.float64) for key, ds in _lowdim_arrays(data[name]).items()}
-
-
-def compute_stats(paths: PathLike | Sequence[PathLike], bins: int = STATS_BINS) -> Stats:
-    """Statistics of actions, proprio and state over the complete demos of one or more files.
-
-    Two streaming passes over the low-dim arrays (images are never read): exact mean, std (population),
-    min and max; q01/q99 from a `bins`-bin histogram per dimension (numpy's linear quantile: exact for
-    discrete values such as gripper commands, else within one bin, (max - min) / bins).
-    Returns `{key: {"mean": [...], "std": [...], "min": [...], "max": [...], "q01": [...], "q99": [...]}}`
-    with float64 lists, for the keys present in every demo.
-    """
-    paths = _as_paths(paths)
-    moments: dict[str, _Moments] = {}
-    present: set[str] | None = None
-    for arrays in _iter_lowdim(paths):
-        present = set(arrays) if present is None else present & set(arrays)
-        for key, x in arrays.items():
-            moments.setdefault(key, _Moments(x.shape[1])).update(x)
-    if present is None or moments["actions"].count == 0:
-        raise ValueError(f"no steps in complete demos in {', '.join(map(str, paths))}")
-    hists = {key: _Histogram(moments[key].min, moments[key].max, bins) for key in present}
-    for arrays in _iter_lowdim(paths):
-        for key, hist in hists.items():
-            hist.update(arrays[key])
-    stats: Stats = {}
-    for key in STATS_KEYS:
-        if key not in present:
-            continue
-        m = moments[key]
-        fields = {
-            "mean": m.mean,
-            "std": np.sqrt(m.m2 / m.count),
-            "min": m.min,
-            "max": m.max,
-            "q01": hists[key].quantile(0.01),
-            "q99": hists[key].quantile(0.99),
-        }
-        stats[key] = {name: [float(v) for v in value] for name, value in fields.items()}
-    return stats
-
-
-def stats_path(path: PathLike) -> Path:
-    """Where the statistics of demo file `path` are cached: `FILE` + `layout.STATS_SUFFIX`."""
-    path = Path(path)
-    return path.with_name(path.name + layout.STATS_SUFFIX)
-
-
-def _source_signature(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _read_cached_stats(cache: Path, signature: dict[str, int], bins: int) -> Stats | None:
-    try:
-        blob = json.loads(cache.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as err:
-        logger.warning("ignoring unreadable statistics cache %s: %s", cache, err)
-        return None
-    if (
-        not isinstance(blob, dict)
-        or blob.get("format") != STATS_FORMAT
-        or blob.get("version") != STATS_VERSION
-        or blob.get("bins") != bins
-        or blob.get("source") != signature
-    ):
-        logger.info("statistics cache %s is stale; recomputing", cache)
-        return None
-    return blob["stats"]
-
-
-def load_or_compute_stats(path: PathLike, recompute: bool = False, bins: int = STATS_BINS) -> Stats:
-    """The statistics of one demo file, from its cache `FILE.stats.json` when that matches the file.
-
-    The cache records the file's size and mtime; when either differs (the file was rewritten or appended
-    to), the statistics are recomputed and the cache is rewritten atomically. An unwritable folder only
-    costs the cache (a warning), never the statistics.
-    """
-    path = Path(path)
-    cache = stats_path(path)
-    signature = _source_signature(path)
-    if not recompute:
-        cached = _read_cached_stats(cache, signature, bins)
-        if cached is not None:
-            return cached
-    stats = compute_stats(path, bins=bins)
-    blob = {
-        "format": STATS_FORMAT,
-        "version": STATS_VERSION,
-        "bins": bins,
-        "source": signature,  # of the file as it was before computing: a write meanwhile makes the cache stale
-        "stats": stats,
-    }
-    try:
-        atomic_write_json(cache, blob)
-    except OSError as err:
-        logger.warning("could not cache statistics at %s: %s", cache, err)
-    return stats
-
-
-def to_norm_stats(stats: Stats | NormStats, mode: str = "mean_std", eps: float = NORM_EPS) -> NormStats:
-    """The wrappers' `NormStats` of dataset statistics, so training and evaluation normalise identically."""
-    return NormStats.from_dataset_stats(stats, mode=mode, eps=eps)
 
 
 # ---------------------------------------------------------------------------- the dataset
@@ -336,7 +91,7 @@ class DemoDataset(Dataset):
         unknown = [k for k in keys if k not in LOWDIM_KEYS]
         if unknown:
             raise ValueError(f"unknown observation keys {unknown}; known: {list(LOWDIM_KEYS)}")
-        self.paths = _as_paths(paths)
+        self.paths = as_paths(paths)
         self.chunk_size = int(chunk_size)
         self.history = int(history)
         self.keys = keys
@@ -369,7 +124,7 @@ class DemoDataset(Dataset):
         self.num_skipped = 0
         for fi, path in enumerate(self.paths):
             with h5py.File(path, "r") as f:
-                data = _check_format(f, path)
+                data = data_group(f, path)
                 complete = complete_demos(data, path)
                 self.num_skipped += len(data) - len(complete)
                 for name in complete:
@@ -385,10 +140,10 @@ class DemoDataset(Dataset):
                         self.dims.update({k: int(obs[k].shape[1]) for k in self.keys if k in obs})
                     self._check_demo(path, name, demo, n, here, found_cameras, action_dim)
                     files.append(fi)
-                    demos.append(_demo_number(path, name))
+                    demos.append(demo_number(path, name))
                     lengths.append(n)
-                    instructions.append(_text_attr(demo, "instruction"))
-                    tasks.append(_text_attr(demo, "task"))
+                    instructions.append(text_attr(demo, "instruction"))
+                    tasks.append(text_attr(demo, "task"))
         if found_cameras is None:
             raise ValueError(f"no complete demos in {', '.join(map(str, self.paths))}")
         if cameras is None:
@@ -572,3 +327,14 @@ class DemoDataset(Dataset):
         item["episode_index"] = episode
         item["frame_index"] = t
         return item
+
+
+# `complete_demos` and the statistics are re-exported for the modules that import them from here.
+__all__ = [
+    "DemoDataset",
+    "complete_demos",
+    "compute_stats",
+    "load_or_compute_stats",
+    "stats_path",
+    "to_norm_stats",
+]
