@@ -29,6 +29,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,189 @@ def _barrier() -> None:
         dist.barrier()
 
 
+# ---------------------------------------------------------------------------- phases
+@dataclass
+class _Run:
+    """What one rank trains, built once: the data, the policy and its EMA copy, the optimiser and its schedule."""
+
+    cfg: BCConfig
+    rank: int
+    world: int
+    dataset: DemoDataset
+    sampler: ShardSampler
+    batches_per_epoch: int
+    policy: VLAPolicy
+    ema: VLAPolicy | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    extra: dict[str, Any]
+    """what every checkpoint's config carries: the env of the demos and this config"""
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg.out)
+
+    @property
+    def saved_policy(self) -> VLAPolicy:
+        """What gets evaluated and saved: the EMA weights when `ema` is on."""
+        return self.ema if self.ema is not None else self.policy
+
+
+@dataclass
+class _Step:
+    """One optimiser step: the loss, the model's loss terms and the gradient norm before clipping."""
+
+    loss: float
+    metrics: dict[str, Any]
+    grad_norm: torch.Tensor
+
+
+def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
+    """The run folder and config (rank 0), then data, policy, EMA, optimiser and schedule, seeded as documented."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+    if rank == 0:
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(cfg.out) / CONFIG_NAME, cfg.to_dict())
+    seed_everything(cfg.seed)  # the same initial weights on every rank (the EMA copy too)
+    env_id, env_kwargs = demo_env(cfg.dataset[0])
+    dataset, sampler, batches_per_epoch = _data(cfg, rank, world)
+    policy = VLAPolicy(cfg.policy)
+    policy.set_stats(_dataset_stats(cfg.dataset))
+    policy.to(device).train()
+    ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
+    seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
+    optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
+    # steps would then keep the old schedule's end (lr 0 for every added step).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.steps))
+    extra = {"env_id": env_id, "env_kwargs": env_kwargs, "bc_config": cfg.to_dict()}
+    return _Run(cfg, rank, world, dataset, sampler, batches_per_epoch, policy, ema, optimizer, scheduler, extra)
+
+
+def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampler, int]:
+    """The dataset, this rank's sampler and its number of full batches per epoch."""
+    dataset = DemoDataset(
+        cfg.dataset,
+        chunk_size=cfg.policy.chunk_size,
+        cameras=list(cfg.policy.cameras),
+        keys=("proprio",),
+        augment=ImageAugment() if cfg.augment else None,
+        seed=cfg.seed,
+    )
+    sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
+    batches_per_epoch = len(sampler) // cfg.batch_size
+    if batches_per_epoch == 0:
+        raise ValueError(
+            f"batch_size={cfg.batch_size!r} is larger than this rank's {len(sampler)} samples "
+            f"({len(dataset)} in the dataset over {world} rank(s))"
+        )
+    return dataset, sampler, batches_per_epoch
+
+
+def _resume(run: _Run) -> int:
+    """The step to start at: 0, or with `resume` the latest checkpoint's, whose whole state is loaded into `run`."""
+    cfg = run.cfg
+    last = latest_checkpoint(run.out) if cfg.resume else None
+    if last is None:
+        if cfg.resume:
+            logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(run.out))
+        return 0
+    state = load_state(last)
+    run.policy.load_state_dict(state["model"], strict=True)
+    if run.ema is not None:
+        if state.get("ema") is None:
+            raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
+        run.ema.load_state_dict(state["ema"], strict=True)
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    step = int(state["step"])
+    if len(state["rng"]) == run.world:
+        set_rng_state(state["rng"][run.rank])
+    else:  # another world size: the saved streams do not map onto the ranks; derive new ones
+        logger.warning(
+            "checkpoint from %d rank(s), resuming on %d: random streams reseeded", len(state["rng"]), run.world
+        )
+        seed_everything(cfg.seed + run.rank + 7919 * step)
+    logger.info("resumed from %s at step %d", last, step)
+    return step
+
+
+def _model(run: _Run, device: torch.device) -> torch.nn.Module:
+    """The module the steps call: the policy, wrapped in DDP over several ranks, compiled when asked."""
+    model: torch.nn.Module = run.policy
+    if run.world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            run.policy, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if run.cfg.compile:
+        model = torch.compile(model)
+    return model
+
+
+def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autocast: torch.autocast) -> _Step:
+    """Forward, backward, clip, step the optimiser and the schedule, update the EMA."""
+    with autocast:
+        loss, metrics = model(batch)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), run.cfg.grad_clip or math.inf)
+    run.optimizer.step()
+    run.scheduler.step()
+    if run.ema is not None:
+        ema_update(run.ema, run.policy, run.cfg.ema)
+    return _Step(float(loss.detach()), metrics, grad_norm)
+
+
+def _training_state(run: _Run, step: int, rngs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What an exact resume needs (tensors and plain values: loads with ``weights_only=True``)."""
+    return {
+        "step": step,
+        "model": {k: v.detach().cpu().clone() for k, v in run.policy.state_dict().items()},
+        "ema": None if run.ema is None else {k: v.detach().cpu().clone() for k, v in run.ema.state_dict().items()},
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": rngs,
+    }
+
+
+def _save_and_evaluate(
+    run: _Run, step: int, evaluate: bool, evaluator: Evaluator | None, writer: Any
+) -> tuple[Path | None, float | None]:
+    """Checkpoint `step` and, when `evaluate`, score it (rank 0; every rank must call this): (folder, success rate)."""
+    rngs = _all_rng_states()  # every rank's streams, so that every rank resumes exactly
+    folder, success_rate = None, None
+    if run.rank == 0:
+        folder = write_checkpoint(run.out, step, run.saved_policy, _training_state(run, step, rngs), run.extra)
+        if evaluate:
+            success_rate = _evaluate(evaluator, folder, run.out / "eval" / f"step_{step}", run.cfg)
+            writer.add_scalar("eval/success_rate", success_rate, step)
+            logger.info("step %d: success rate %.3f", step, success_rate)
+    _barrier()
+    return folder, success_rate
+
+
+def _log_step(writer: Any, run: _Run, step: int, result: _Step, t0: float) -> None:
+    """TensorBoard scalars of a step: the loss terms, lr, gradient norm and throughput."""
+    for name, value in result.metrics.items():
+        writer.add_scalar(f"train/{name}", value, step)
+    writer.add_scalar("train/lr", run.scheduler.get_last_lr()[0], step)
+    writer.add_scalar("train/grad_norm", float(result.grad_norm), step)
+    samples = step * run.cfg.batch_size * run.world
+    writer.add_scalar("train/samples_per_s", samples / (time.perf_counter() - t0), step)
+
+
+def _tensorboard(run: _Run, step: int) -> Any:
+    """Rank 0's TensorBoard writer (None elsewhere); a resumed run drops the events logged after its checkpoint."""
+    if run.rank != 0:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(run.out / TB_DIR), purge_step=step if step else None)
+
+
 # ---------------------------------------------------------------------------- main
 def train_bc(cfg: BCConfig, evaluator: Evaluator | None = None) -> dict[str, Any]:
     """Train a `VLAPolicy` by behaviour cloning; returns {"step", "checkpoint", "loss", "success_rate", "policy"}.
@@ -173,141 +357,36 @@ def train_bc(cfg: BCConfig, evaluator: Evaluator | None = None) -> dict[str, Any
             dist.destroy_process_group()
 
 
-def _train(  # noqa: C901 - one script
-    cfg: BCConfig, device: torch.device, rank: int, world: int, evaluator: Evaluator | None
-) -> dict[str, Any]:
-    out = Path(cfg.out)
-    main_rank = rank == 0
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.tf32
-    if main_rank:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
-    seed_everything(cfg.seed)  # the same initial weights on every rank (the EMA copy too)
-
-    # data and policy
-    env_id, env_kwargs = demo_env(cfg.dataset[0])
-    pcfg = cfg.policy
-    dataset = DemoDataset(
-        cfg.dataset,
-        chunk_size=pcfg.chunk_size,
-        cameras=list(pcfg.cameras),
-        keys=("proprio",),
-        augment=ImageAugment() if cfg.augment else None,
-        seed=cfg.seed,
-    )
-    sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
-    batches_per_epoch = len(sampler) // cfg.batch_size
-    if batches_per_epoch == 0:
-        raise ValueError(
-            f"batch_size={cfg.batch_size!r} is larger than this rank's {len(sampler)} samples "
-            f"({len(dataset)} in the dataset over {world} rank(s))"
-        )
-    policy = VLAPolicy(pcfg)
-    policy.set_stats(_dataset_stats(cfg.dataset))
-    policy.to(device).train()
-    ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
-    seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
-    optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
-    # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
-    # steps would then keep the old schedule's end (lr 0 for every added step).
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.steps))
-    extra = {"env_id": env_id, "env_kwargs": env_kwargs, "bc_config": cfg.to_dict()}
-
-    # resume
-    step = 0
-    last = latest_checkpoint(out) if cfg.resume else None
-    if last is not None:
-        state = load_state(last)
-        policy.load_state_dict(state["model"], strict=True)
-        if ema is not None:
-            if state.get("ema") is None:
-                raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
-            ema.load_state_dict(state["ema"], strict=True)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step = int(state["step"])
-        if len(state["rng"]) == world:
-            set_rng_state(state["rng"][rank])
-        else:  # another world size: the saved streams do not map onto the ranks; derive new ones
-            logger.warning(
-                "checkpoint from %d rank(s), resuming on %d: random streams reseeded", len(state["rng"]), world
-            )
-            seed_everything(cfg.seed + rank + 7919 * step)
-        logger.info("resumed from %s at step %d", last, step)
-    elif cfg.resume:
-        logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
-
-    model: torch.nn.Module = policy
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
-            policy, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    if cfg.compile:
-        model = torch.compile(model)
-
-    writer = None
-    if main_rank:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(out / TB_DIR), purge_step=step if step else None)
+def _train(cfg: BCConfig, device: torch.device, rank: int, world: int, evaluator: Evaluator | None) -> dict[str, Any]:
+    """Set up, resume, then step: log every `log_every`, checkpoint (and evaluate) when due and at the end."""
     from tqdm.auto import tqdm
 
+    run = _set_up(cfg, device, rank, world)
+    step = _resume(run)
+    model = _model(run, device)
+    writer = _tensorboard(run, step)
     bar = tqdm(
-        total=cfg.steps, initial=step, desc="train-bc", disable=not (main_rank and cfg.progress), dynamic_ncols=True
+        total=cfg.steps, initial=step, desc="train-bc", disable=not (rank == 0 and cfg.progress), dynamic_ncols=True
     )
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
-    loss_value, success_rate, ckpt = math.nan, None, latest_checkpoint(out)
-    history: list[float] = []
+    success_rate, ckpt, history = None, latest_checkpoint(run.out), []
     t0 = time.perf_counter()
     while step < cfg.steps:
-        epoch, skip = divmod(step, batches_per_epoch)
-        for batch in _epoch_loader(dataset, sampler, epoch, skip, cfg):
-            with autocast:
-                loss, metrics = model(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip or math.inf)
-            optimizer.step()
-            scheduler.step()
-            if ema is not None:
-                ema_update(ema, policy, cfg.ema)
+        epoch, skip = divmod(step, run.batches_per_epoch)
+        for batch in _epoch_loader(run.dataset, run.sampler, epoch, skip, cfg):
+            result = _train_step(run, model, batch, autocast)
             step += 1
-            loss_value = float(loss.detach())
-            history.append(loss_value)
+            history.append(result.loss)
             bar.update(1)
-            if writer is not None and (step % cfg.log_every == 0 or step == cfg.steps):
-                for name, value in metrics.items():
-                    writer.add_scalar(f"train/{name}", value, step)
-                writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
-                writer.add_scalar("train/grad_norm", float(grad_norm), step)
-                writer.add_scalar(
-                    "train/samples_per_s", step * cfg.batch_size * world / (time.perf_counter() - t0), step
-                )
-                bar.set_postfix(loss=f"{loss_value:.4f}")
             done = step == cfg.steps
-            do_eval = cfg.eval_every > 0 and (step % cfg.eval_every == 0 or done)
-            if done or do_eval or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                rngs = _all_rng_states()  # every rank's streams, so that every rank resumes exactly
-                if main_rank:
-                    state = {
-                        "step": step,
-                        "model": {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()},
-                        "ema": None
-                        if ema is None
-                        else {k: v.detach().cpu().clone() for k, v in ema.state_dict().items()},
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(),
-                        "rng": rngs,
-                    }
-                    ckpt = write_checkpoint(out, step, ema if ema is not None else policy, state, extra)
-                    if do_eval:
-                        success_rate = _evaluate(evaluator, ckpt, out / "eval" / f"step_{step}", cfg)
-                        writer.add_scalar("eval/success_rate", success_rate, step)
-                        logger.info("step %d: success rate %.3f", step, success_rate)
-                _barrier()
+            if writer is not None and (step % cfg.log_every == 0 or done):
+                _log_step(writer, run, step, result, t0)
+                bar.set_postfix(loss=f"{result.loss:.4f}")
+            evaluate = cfg.eval_every > 0 and (step % cfg.eval_every == 0 or done)
+            if done or evaluate or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                folder, rate = _save_and_evaluate(run, step, evaluate, evaluator, writer)
+                ckpt = folder or ckpt
+                success_rate = success_rate if rate is None else rate
             if done:
                 break
     bar.close()
@@ -316,8 +395,8 @@ def _train(  # noqa: C901 - one script
     return {
         "step": step,
         "checkpoint": str(ckpt) if ckpt is not None else None,
-        "loss": loss_value,
+        "loss": history[-1] if history else math.nan,
         "losses": history,
         "success_rate": success_rate,
-        "policy": ema if ema is not None else policy,
+        "policy": run.saved_policy,
     }
