@@ -8,13 +8,13 @@ import pytest
 from expert_runs import names, run_expert
 
 import vlagym
-from vlagym.envs import drawer
+from vlagym.envs import cabinet, drawer, put_cup_in_drawer
 from vlagym.envs.objects import COLORS
 from vlagym.envs.splits import HELDOUT_COLOR
 
 OPEN, CLOSE, PUT = "VLA-OpenDrawer-v0", "VLA-CloseDrawer-v0", "VLA-PutCupInDrawer-v0"
 TASK_IDS = (OPEN, CLOSE, PUT)
-CLASSES = {OPEN: drawer.OpenDrawerEnv, CLOSE: drawer.CloseDrawerEnv, PUT: drawer.PutCupInDrawerEnv}
+CLASSES = {OPEN: drawer.OpenDrawerEnv, CLOSE: drawer.CloseDrawerEnv, PUT: put_cup_in_drawer.PutCupInDrawerEnv}
 # Success thresholds, from the task docstrings.
 OPEN_SUCCESS, CLOSED_SUCCESS = 0.10, 0.01
 
@@ -81,7 +81,7 @@ def test_open_and_close_instructions_say_which():
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_every_put_cup_template_names_colour_cup_and_drawer(split, make_env):
     space = make_env(PUT, obs_mode="rgb", image_size=16).observation_space["instruction"]
-    for template in drawer.PutCupInDrawerEnv.templates[split]:
+    for template in put_cup_in_drawer.PutCupInDrawerEnv.templates[split]:
         for color in COLORS:
             text = template.format(color=color)
             assert names(text, color) and (names(text, "cup") or names(text, "mug")), text
@@ -145,7 +145,7 @@ def test_counts_and_colours_per_split(env_id, split, make_env):
             unseen_target = split == "unseen_combo" and env_id == PUT and obj is base.target
             assert (obj.color == HELDOUT_COLOR[obj.kind]) == unseen_target, f"seed {seed}: {obj.describe()}"
         drawer_unseen = split == "unseen_combo" and env_id != PUT
-        assert (base.drawer_color == drawer.DRAWER_HELDOUT_COLOR) == drawer_unseen
+        assert (base.drawer_color == cabinet.DRAWER_HELDOUT_COLOR) == drawer_unseen
         if split != "distractors":
             assert all(o.kind == "cup" for o in objs)
     assert counts == set(range(lo, hi + 1))
@@ -170,8 +170,8 @@ def test_start_state_is_clear_and_in_range(env_id, make_env):
         for obj in present(base):
             # Beside the cabinet and out of the path of the drawer pulled fully out.
             local = base.cab_rot.T @ (obj.pos(d) - base.cab_pos)
-            in_path = -drawer.MAX_OPENING - 0.1 < local[0] < drawer.CAB_DEPTH
-            assert not (in_path and abs(local[1]) < drawer.CAB_HALF_W + 0.05), f"seed {seed}: {obj.name} at {local}"
+            in_path = -cabinet.MAX_OPENING - 0.1 < local[0] < cabinet.CAB_DEPTH
+            assert not (in_path and abs(local[1]) < cabinet.CAB_HALF_W + 0.05), f"seed {seed}: {obj.name} at {local}"
     assert np.ptp(np.array(poses), axis=0).min() > 0.04, "the cabinet pose should vary"
 
 
@@ -185,20 +185,20 @@ def test_drawer_slides_along_the_cabinets_minus_x(make_env):
     env = make_env(CLOSE)
     base = env.unwrapped
     m, d = base.model, base.data
-    assert tuple(m.joint("drawer_slide").range) == (0.0, drawer.MAX_OPENING)
+    assert tuple(m.joint("drawer_slide").range) == (0.0, cabinet.MAX_OPENING)
     env.reset(seed=3)
     handle = m.body("drawer_handle").id
     d.qpos[base.slide_qpos] = 0.0
     mujoco.mj_forward(m, d)
     closed = d.xpos[handle].copy()
-    np.testing.assert_allclose(closed, base.drawer_point(drawer.HANDLE), atol=1e-9)
+    np.testing.assert_allclose(closed, base.drawer_point(cabinet.HANDLE), atol=1e-9)
     d.qpos[base.slide_qpos] = 0.12
     mujoco.mj_forward(m, d)
     np.testing.assert_allclose(d.xpos[handle] - closed, 0.12 * base.pull_direction, atol=1e-9)
     robot_base = m.body("base").id
     assert np.linalg.norm(d.xpos[handle] - d.xpos[robot_base]) < np.linalg.norm(closed - d.xpos[robot_base])
     # The interior is deep enough for a cup and the cabinet is low.
-    assert drawer.WALL_TOP - drawer.FLOOR_Z >= 0.06 and drawer.CAB_TOP < 0.2
+    assert cabinet.WALL_TOP - cabinet.FLOOR_Z >= 0.06 and cabinet.CAB_TOP < 0.2
     state = base._task_state()
     assert state[16] == pytest.approx(0.12), "task scalar 0 is the opening"
 
@@ -270,7 +270,7 @@ def test_put_cup_success_needs_the_cup_upright_on_the_drawer_floor(make_env):
         mujoco.mj_forward(m, d)
         return base.evaluate()
 
-    z = drawer.FLOOR_Z
+    z = cabinet.FLOOR_Z
     assert put((0.07, 0.0, z))["success"]
     assert put((0.12, 0.03, z))["success"], "the covered part of the interior counts too"
     assert not put((0.07, 0.0, z), tilt=np.pi / 2)["success"], "lying down"

@@ -18,7 +18,7 @@ TASKS: dict[str, tuple[str, int]] = {
     "VLA-PressButton-v0": ("vlagym.envs.press_button:PressButtonEnv", 80),
     "VLA-OpenDrawer-v0": ("vlagym.envs.drawer:OpenDrawerEnv", 120),
     "VLA-CloseDrawer-v0": ("vlagym.envs.drawer:CloseDrawerEnv", 120),
-    "VLA-PutCupInDrawer-v0": ("vlagym.envs.drawer:PutCupInDrawerEnv", 250),
+    "VLA-PutCupInDrawer-v0": ("vlagym.envs.put_cup_in_drawer:PutCupInDrawerEnv", 250),
 }
 
 
