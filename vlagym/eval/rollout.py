@@ -139,6 +139,96 @@ class _PredicateFlags:
         }
 
 
+class _Slots:
+    """Which episode of the seed list each sub-env runs (-1: a throw-away episode), and its reset seed."""
+
+    def __init__(self, n: int, seeds: list[int]):
+        self.seeds = seeds
+        self.spare = max(seeds, default=0) + 1_000_000  # throw-away episodes use seeds no evaluation asks for
+        self.episode = np.full(n, -1)  # index into `seeds` of the episode each sub-env runs, -1 = throw-away
+        self.seed = np.zeros(n, np.int64)  # the reset seed of the episode each sub-env runs
+        self.next_episode = 0
+
+    def assign(self, mask: np.ndarray) -> list[int]:
+        """Give the sub-envs in `mask` the next episodes (or throw-away ones); their reset seeds, in order."""
+        out = []
+        for i in np.flatnonzero(mask):
+            if self.next_episode < len(self.seeds):
+                self.episode[i] = self.next_episode
+                out.append(self.seeds[self.next_episode])
+                self.next_episode += 1
+            else:
+                self.episode[i] = -1
+                out.append(self.spare)
+                self.spare += 1
+            self.seed[i] = out[-1]
+        return out
+
+
+class _Running:
+    """What each sub-env's current episode has done so far: instruction, task, return, length, success, flags."""
+
+    def __init__(self, n: int, default_task: str):
+        self.instructions, self.tasks = [""] * n, [default_task] * n
+        self.returns, self.lengths, self.ever = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
+        self.flags = _PredicateFlags(n)
+
+    def start(self, mask: np.ndarray, info: dict) -> None:
+        """The sub-envs in `mask` reset with `info`: read their instruction and task, clear their counters."""
+        for i in np.flatnonzero(mask):
+            self.instructions[i] = str(_entry(info, "instruction", i, ""))
+            self.tasks[i] = str(_entry(info, "task", i, self.tasks[i]))
+        self.returns[mask], self.lengths[mask], self.ever[mask] = 0.0, 0, False
+        self.flags.clear(mask)
+
+    def step(self, reward: np.ndarray, info: dict) -> np.ndarray:
+        """Account one vector step; returns each sub-env's success at this step."""
+        self.returns += reward
+        self.lengths += 1
+        success = np.array([bool(_entry(info, "success", i, False)) for i in range(len(self.ever))])
+        self.ever |= success
+        self.flags.update(info)
+        return success
+
+    def record(self, i: int, seed: int, success_now: bool) -> EpisodeRecord:
+        """The finished episode of sub-env `i`, classified."""
+        record = EpisodeRecord(
+            seed=seed,
+            task=self.tasks[i],
+            instruction=self.instructions[i],
+            success=bool(self.ever[i]),
+            success_at_end=bool(success_now),
+            length=int(self.lengths[i]),
+            episode_return=float(self.returns[i]),
+            **self.flags.record_fields(i),
+        )
+        record.outcome = classify(record)
+        return record
+
+
+def _episode_start_callback(
+    on_episode_start: Callable[..., None] | None, slots: _Slots
+) -> Callable[[np.ndarray], None]:
+    """`on_episode_start` called as `run_episodes` promises: with `seeds=` when it takes them."""
+    if on_episode_start is None:
+        return lambda mask: None
+    if takes_seeds(on_episode_start):
+        return lambda mask: on_episode_start(mask, seeds=slots.seed.copy())
+    return on_episode_start
+
+
+def _reset_done(
+    envs: gym.vector.VectorEnv, done: np.ndarray, slots: _Slots, running: _Running, reset_options: dict | None
+):
+    """Reset the finished sub-envs with the next seeds of the list; the new observations."""
+    seed_list: list[int | None] = [None] * envs.num_envs
+    for i, s in zip(np.flatnonzero(done), slots.assign(done), strict=True):
+        seed_list[i] = s
+    obs, reset_info = envs.reset(seed=seed_list, options={**(reset_options or {}), "reset_mask": done})
+    running.start(done, reset_info)
+    return obs
+
+
 def run_episodes(
     envs: gym.vector.VectorEnv,
     policy: BatchPolicy,
@@ -164,45 +254,14 @@ def run_episodes(
     mode = envs.metadata.get("autoreset_mode")
     if mode != AutoresetMode.DISABLED:
         raise ValueError(f"run_episodes needs autoreset disabled, got {mode}: make the envs with make_rollout_envs()")
-    n = envs.num_envs
     seeds = [int(s) for s in seeds]
-    spare = max(seeds, default=0) + 1_000_000  # throw-away episodes use seeds no evaluation asks for
-    slot_episode = np.full(n, -1)  # index into `seeds` of the episode each sub-env runs, -1 = throw-away
-    slot_seed = np.zeros(n, np.int64)  # the reset seed of the episode each sub-env runs
+    slots = _Slots(envs.num_envs, seeds)
+    started = _episode_start_callback(on_episode_start, slots)
+    running = _Running(envs.num_envs, envs.spec.id if envs.spec else "")
     records: list[EpisodeRecord | None] = [None] * len(seeds)
-    returns, lengths, ever = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
-    flags = _PredicateFlags(n)
-    next_episode = 0
-
-    def assign(mask: np.ndarray) -> list[int]:
-        nonlocal next_episode, spare
-        out = []
-        for i in np.flatnonzero(mask):
-            if next_episode < len(seeds):
-                slot_episode[i] = next_episode
-                out.append(seeds[next_episode])
-                next_episode += 1
-            else:
-                slot_episode[i] = -1
-                out.append(spare)
-                spare += 1
-            slot_seed[i] = out[-1]
-        return out
-
-    with_seeds = on_episode_start is not None and takes_seeds(on_episode_start)
-
-    def started(mask: np.ndarray) -> None:
-        if on_episode_start is None:
-            return
-        if with_seeds:
-            on_episode_start(mask, seeds=slot_seed.copy())
-        else:
-            on_episode_start(mask)
-
-    mask = np.ones(n, bool)
-    obs, info = envs.reset(seed=assign(mask), options=dict(reset_options) if reset_options else None)
-    instructions = [str(_entry(info, "instruction", i, "")) for i in range(n)]
-    tasks = [str(_entry(info, "task", i, envs.spec.id if envs.spec else "")) for i in range(n)]
+    mask = np.ones(envs.num_envs, bool)
+    obs, info = envs.reset(seed=slots.assign(mask), options=dict(reset_options) if reset_options else None)
+    running.start(mask, info)
     started(mask)
     bar = tqdm(total=len(seeds), desc="episodes", unit="ep", disable=not progress)
     try:
@@ -210,39 +269,15 @@ def run_episodes(
             obs, reward, terminated, truncated, info = envs.step(policy(obs))
             if on_step is not None:
                 on_step(info)
-            returns += reward
-            lengths += 1
-            success = np.array([bool(_entry(info, "success", i, False)) for i in range(n)])
-            ever |= success
-            flags.update(info)
+            success = running.step(reward, info)
             done = terminated | truncated
             for i in np.flatnonzero(done):
-                k = slot_episode[i]
+                k = slots.episode[i]
                 if k >= 0:
-                    record = EpisodeRecord(
-                        seed=seeds[k],
-                        task=tasks[i],
-                        instruction=instructions[i],
-                        success=bool(ever[i]),
-                        success_at_end=bool(success[i]),
-                        length=int(lengths[i]),
-                        episode_return=float(returns[i]),
-                        **flags.record_fields(i),
-                    )
-                    record.outcome = classify(record)
-                    records[k] = record
+                    records[k] = running.record(i, seeds[k], success[i])
                     bar.update(1)
             if done.any() and any(r is None for r in records):
-                reset_seeds = assign(done)
-                seed_list: list[int | None] = [None] * n
-                for i, s in zip(np.flatnonzero(done), reset_seeds, strict=True):
-                    seed_list[i] = s
-                obs, reset_info = envs.reset(seed=seed_list, options={**(reset_options or {}), "reset_mask": done})
-                for i in np.flatnonzero(done):
-                    instructions[i] = str(_entry(reset_info, "instruction", i, ""))
-                    tasks[i] = str(_entry(reset_info, "task", i, tasks[i]))
-                returns[done], lengths[done], ever[done] = 0.0, 0, False
-                flags.clear(done)
+                obs = _reset_done(envs, done, slots, running, reset_options)
                 started(done)
     finally:
         bar.close()
