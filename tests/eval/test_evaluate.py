@@ -14,7 +14,10 @@ import pytest
 
 import vlagym
 from vlagym.envs.pick_cup import PickCupEnv
-from vlagym.eval.evaluate import CheckpointPolicy, EvalConfig, EvalError, evaluate, format_results
+from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.configs import EvalConfig, EvalError
+from vlagym.eval.evaluate import evaluate
+from vlagym.eval.summary import format_results
 
 PICK = "VLA-PickCup-v0"
 Z2 = 1.96**2

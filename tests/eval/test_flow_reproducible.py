@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from vlagym.eval.evaluate import CheckpointPolicy, EvalConfig, episode_noise_generator, evaluate
+from vlagym.eval.adapters import CheckpointPolicy, episode_noise_generator
+from vlagym.eval.configs import EvalConfig
+from vlagym.eval.evaluate import evaluate
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.policies import VLAConfig, VLAPolicy, save_checkpoint
 

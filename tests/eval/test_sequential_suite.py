@@ -13,18 +13,13 @@ import pytest
 
 from vlagym.cli import main
 from vlagym.eval import suite_run, suites
-from vlagym.eval.evaluate import EvalError, ExpertPolicy
+from vlagym.eval.adapters import ExpertPolicy
+from vlagym.eval.bundle import reproduction_command
+from vlagym.eval.configs import EvalError, SuiteRunConfig
+from vlagym.eval.runs import check_comparable, paired_outcomes, read_eval_run
+from vlagym.eval.sequential import earliest_stop, stopping_index
 from vlagym.eval.stats import PairingError, compare_outcomes, wilson_interval
-from vlagym.eval.suite_run import (
-    SuiteRunConfig,
-    check_comparable,
-    earliest_stop,
-    paired_outcomes,
-    read_run,
-    reproduction_command,
-    run_suite,
-    stopping_index,
-)
+from vlagym.eval.suite_run import run_suite
 from vlagym.eval.suites import SuiteProtocol
 
 BUTTON = "VLA-PressButton-v0"
@@ -239,7 +234,7 @@ def test_compare_pairs_a_sequential_run_on_the_episodes_both_hold(tiny, tmp_path
     tiny.setattr(suite_run, "ExpertPolicy", ExpertPolicy)
     run(tmp_path, "expert", episodes=10, sequential_width=0.5, sequential_min_episodes=2)  # n = 4, all successes
 
-    full, seq, expert = (read_run(tmp_path / name) for name in ("full", "seq", "expert"))
+    full, seq, expert = (read_eval_run(tmp_path / name) for name in ("full", "seq", "expert"))
     assert seq.sequential and not full.sequential
     check_comparable(seq, full)  # different counts per cell are fine when a run stopped early
     a, b, note = paired_outcomes(seq, full)
@@ -263,9 +258,9 @@ def test_compare_without_sequential_stopping_still_needs_the_same_episodes(tiny,
     flaky(tiny)
     run(tmp_path, "full")
     run(tmp_path, "short", episodes=10)
-    assert paired_outcomes(read_run(tmp_path / "full"), read_run(tmp_path / "full"))[2] is None
+    assert paired_outcomes(read_eval_run(tmp_path / "full"), read_eval_run(tmp_path / "full"))[2] is None
     with pytest.raises(PairingError, match="A ran 24 episodes per task and split, B 10"):
-        check_comparable(read_run(tmp_path / "full"), read_run(tmp_path / "short"))
+        check_comparable(read_eval_run(tmp_path / "full"), read_eval_run(tmp_path / "short"))
     assert main(["compare", str(tmp_path / "full"), str(tmp_path / "short")]) == 2
     assert "compare runs with the same --episodes" in capsys.readouterr().err
 
@@ -279,7 +274,7 @@ def test_compare_refuses_sequential_runs_that_are_not_one_seed_order(tiny, tmp_p
     (tmp_path / "gap").mkdir()
     (tmp_path / "gap" / "bundle.json").write_text(json.dumps(doc))
     with pytest.raises(PairingError, match="cannot be paired on a common prefix"):
-        paired_outcomes(read_run(tmp_path / "gap"), read_run(tmp_path / "full"))
+        paired_outcomes(read_eval_run(tmp_path / "gap"), read_eval_run(tmp_path / "full"))
     assert main(["compare", str(tmp_path / "gap"), str(tmp_path / "full")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vlagym compare: error:") and f"{BUTTON} / train" in err

@@ -14,8 +14,11 @@ import vlagym
 from vlagym.cli import main
 from vlagym.envs.splits import SPLITS
 from vlagym.eval import suites
-from vlagym.eval.evaluate import NOISE_STREAM
-from vlagym.eval.suite_run import SuiteRunConfig, checkpoint_hashes, fingerprint, read_run, run_suite
+from vlagym.eval.adapters import NOISE_STREAM
+from vlagym.eval.bundle import checkpoint_hashes, fingerprint
+from vlagym.eval.configs import SuiteRunConfig
+from vlagym.eval.runs import read_eval_run
+from vlagym.eval.suite_run import run_suite
 from vlagym.eval.suites import DEMO_SEEDS, SuiteError, SuiteProtocol, get_suite, list_suites
 
 PICK = "VLA-PickCup-v0"
@@ -128,7 +131,7 @@ def test_rerunning_the_reproduction_command_reproduces_every_episode(tmp_path, m
         for split, cell in by_split.items():
             assert again["results"][task][split]["episodes"] == cell["episodes"]  # seeds, outcomes, lengths, returns
     assert again["protocol"] == first["protocol"] and again["reproduce"] == first["reproduce"]
-    assert read_run(tmp_path / "first").outcomes == read_run(tmp_path / "run").outcomes
+    assert read_eval_run(tmp_path / "first").outcomes == read_eval_run(tmp_path / "run").outcomes
     assert "bundle: run/bundle.json" in capsys.readouterr().out
 
 

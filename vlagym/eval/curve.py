@@ -14,7 +14,7 @@ the start on the same seeds: the lift with a paired 95% interval and McNemar's e
 
 A point whose folder already holds the results of the same evaluation (the same `EvalConfig` but for the
 progress bar) is read back instead of run again, so an interrupted curve continues where it stopped, and a curve
-of a run that went on evaluates only its new checkpoints.
+of a run that went on evaluates only its new checkpoints. The options are `CurveConfig` (`vlagym.eval.configs`).
 """
 
 from __future__ import annotations
@@ -26,85 +26,38 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlagym.eval.evaluate import (
-    CHECKPOINT_FILES,
-    VECTORIZATION_MODES,
-    EvalConfig,
-    EvalError,
-    evaluate,
-    read_checkpoint_config,
-)
+from vlagym.eval.configs import CurveConfig, CurveError, EvalConfig, EvalError, check_checkpoint_folder
+from vlagym.eval.evaluate import evaluate
+from vlagym.eval.layout import CHECKPOINT_FILES, CURVE_JSON, CURVE_MD, CURVE_PNG, EVAL_CONFIG_JSON, RESULTS_JSON
 from vlagym.eval.stats import paired_test, wilson_interval
 from vlagym.io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from vlagym.train.run import STATE_NAME
+
+__all__ = [
+    "START",
+    "chosen_checkpoints",
+    "curve_png",
+    "format_curve",
+    "outcomes",
+    "run_checkpoints",
+    "run_curve",
+    "start_checkpoint",
+    "training_point",
+    "write_curve_png",
+    # defined in configs and layout; the command line imports them from here
+    "CURVE_JSON",
+    "CURVE_MD",
+    "CURVE_PNG",
+    "CurveConfig",
+    "CurveError",
+]
 
 logger = logging.getLogger(__name__)
 
-CURVE_JSON = "curve.json"
-CURVE_MD = "curve.md"
-CURVE_PNG = "curve.png"
 START = "start"
 _STEP_DIR = re.compile(r"step_(\d+)")
-
-
-class CurveError(ValueError):
-    """A run folder, start checkpoint or option the curve cannot use; the message names it."""
-
-
-@dataclass
-class CurveConfig:
-    """Options of `vlagym curve` / `run_curve()`."""
-
-    run: str
-    """run folder of `vlagym train-bc` or `vlagym train-rl` (checkpoints/step_N inside)"""
-    out: str | None = None
-    """output folder; None: RUN/test_curve"""
-    episodes: int = 50
-    """episodes per point (per task)"""
-    num_envs: int = 1
-    """parallel sub-envs of the vector env"""
-    seed: int = 100_000
-    """episode i uses seed + i at every point; pick seeds training never used (e.g. 200000 for a test set)"""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """env kwargs overriding the checkpoints', e.g. {"split": "heldout_paraphrase"}"""
-    every: int = 1
-    """evaluate every this many checkpoints (in step order), and always the last"""
-    start: str | None = None
-    """the checkpoint the run started from, evaluated as point 0; None: the BC checkpoint a post-training run
-    names (``bc_checkpoint`` in its checkpoints' config), when it still exists"""
-    include_start: bool = True
-    """evaluate the start point and pair every point with it; False: the run's checkpoints alone"""
-    vectorization: str = "sync"
-    """"sync" or "async" vector env"""
-    n_action_steps: int | None = None
-    """actions executed of each predicted chunk (no ensembling); None: each checkpoint's own"""
-    temporal_ensemble: bool = False
-    """execute the temporal ensemble of the overlapping chunks at every point"""
-    progress: bool = True
-    """show a progress bar per evaluation"""
-
-    def __post_init__(self) -> None:
-        if not Path(self.run).is_dir():
-            raise CurveError(f"run folder {self.run!r} does not exist")
-        for name in ("episodes", "num_envs", "every"):
-            if getattr(self, name) < 1:
-                raise CurveError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.seed < 0:
-            raise CurveError(f"seed must be non-negative, got {self.seed}")
-        if self.vectorization not in VECTORIZATION_MODES:
-            raise CurveError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
-        if not isinstance(self.env_kwargs, dict):
-            raise CurveError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
-        if self.start is not None and not self.include_start:
-            raise CurveError("give a start checkpoint or leave the start out, not both")
-
-    @property
-    def out_dir(self) -> Path:
-        return Path(self.out) if self.out is not None else Path(self.run) / "test_curve"
 
 
 def run_checkpoints(run: str | Path) -> list[Path]:
@@ -137,7 +90,7 @@ def chosen_checkpoints(folders: Sequence[Path], every: int) -> list[Path]:
 def training_point(folder: Path) -> dict[str, Any]:
     """Where training stood at checkpoint `folder`: step (the N of step_N), round, updates, env steps and training
     minutes, each None where the run kind does not count it (BC counts steps only)."""
-    extra = read_checkpoint_config(folder).get("extra") or {}
+    extra = check_checkpoint_folder(folder).get("extra") or {}
     point: dict[str, Any] = {
         "step": int(_STEP_DIR.fullmatch(folder.name).group(1)),
         "round": extra.get("round"),
@@ -145,9 +98,11 @@ def training_point(folder: Path) -> dict[str, Any]:
         "env_steps": None,
         "train_minutes": None,
     }
+    from vlagym.train.run import STATE_NAME  # here: it loads torch, which reading the curve back does not need
+
     state_path = folder / STATE_NAME
     if state_path.is_file():
-        import torch  # lazy: reading the curve back needs no torch
+        import torch
 
         state = torch.load(state_path, map_location="cpu", weights_only=True)
         if "env_steps" in state:
@@ -164,11 +119,11 @@ def start_checkpoint(cfg: CurveConfig, last: Path) -> Path | None:
         return None
     if cfg.start is not None:
         try:
-            read_checkpoint_config(cfg.start)
+            check_checkpoint_folder(cfg.start)
         except EvalError as e:
             raise CurveError(f"start: {e}") from e
         return Path(cfg.start)
-    named = (read_checkpoint_config(last).get("extra") or {}).get("bc_checkpoint")
+    named = (check_checkpoint_folder(last).get("extra") or {}).get("bc_checkpoint")
     if not named:
         return None
     path = Path(named)
@@ -202,8 +157,8 @@ def _same_evaluation(ecfg: EvalConfig) -> dict[str, Any] | None:
     """The results in `ecfg.out` when they are of this very evaluation (all options but the progress bar)."""
     out = Path(ecfg.out)
     try:
-        saved = json.loads((out / "eval_config.json").read_text())["config"]
-        results = json.loads((out / "results.json").read_text())
+        saved = json.loads((out / EVAL_CONFIG_JSON).read_text())["config"]
+        results = json.loads((out / RESULTS_JSON).read_text())
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return None
     wanted = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(ecfg))).items() if k != "progress"}
