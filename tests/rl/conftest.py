@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import TASK, ExpertActor, make_bc_checkpoint
+from rl_helpers import ENV, TASK, ExpertActor, make_bc_checkpoint
 
 from vlagym.train.demos import DemoConfig, collect_demos
 
@@ -38,17 +38,17 @@ def one_torch_thread():
 def expert_collects(monkeypatch):
     """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
     ``expert_collects(edit)`` also passes each round's `Collection` through ``edit(collection, envs, actor, seeds)``
-    (the actor is the one filtered BC made, e.g. to tell the retry pass from the first)."""
-    import vlagym.rl.filtered_bc as fbc
+    (the actor is the one filtered BC made)."""
+    from vlagym.rl.fbc import phases
 
-    real = fbc.collect_round
+    real = phases.collect_round
 
     def install(edit=None):
         def collect(envs, actor, seeds):
             collection = real(envs, ExpertActor(envs), seeds)
             return collection if edit is None else edit(collection, envs, actor, seeds)
 
-        monkeypatch.setattr(fbc, "collect_round", collect)
+        monkeypatch.setattr(phases, "collect_round", collect)
 
     return install
 
@@ -58,3 +58,22 @@ def demo_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("demos") / "pick.hdf5"
     collect_demos(DemoConfig(task=TASK, episodes=2, image_size=32, out=str(path), progress=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def expert_rollouts(tmp_path_factory, bc_checkpoint):
+    """Three successful expert episodes (seeds 0, 1, 2), recorded by the collection envs (2 sub-envs) and written
+    as a rollout file: (records, episodes, path)."""
+    from vlagym.rl.fbc.buffer import write_rollouts
+    from vlagym.rl.fbc.collect import collect_round, make_collection_envs
+    from vlagym.rl.fbc.config import FilteredBCConfig
+
+    envs = make_collection_envs(FilteredBCConfig(policy=str(bc_checkpoint), n_envs=2, demos=[]), ENV)
+    try:
+        collection = collect_round(envs, ExpertActor(envs), [0, 1, 2])
+    finally:
+        envs.close()
+    assert collection.hindsight == [] and collection.delayed == []  # no failure, and no replay asked for
+    path = tmp_path_factory.mktemp("rollouts") / "round_0000.hdf5"
+    write_rollouts(path, collection.successes, TASK, ENV)
+    return collection.records, collection.successes, path

@@ -15,6 +15,7 @@ from vlagym.wrappers.normalize import NormStats
 TASK = "VLA-PickCup-v0"
 TINY = dict(image_size=32, vision_channels=(8, 16), hidden_dim=32, text_layers=1, chunk_size=4)
 ENV_KWARGS = {"image_size": 32, "cameras": ["front", "wrist"]}
+ENV = {"obs_mode": "rgb", **ENV_KWARGS}  # what the tiny checkpoints observe
 
 
 def make_bc_checkpoint(folder: Path, seed: int = 0, **overrides) -> Path:

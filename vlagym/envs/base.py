@@ -155,10 +155,9 @@ class VLAEnv(gym.Env):
         None where the task does not support swapping the target."""
         return None
 
-    def _move_target(self, xy: tuple[float, float], make_room: bool = False) -> None:
-        """Move the target to `xy` on the table (`reset(options={"target_xy": ...})`), with `make_room` moving
-        aside the objects too near it first; ValueError where the task cannot or the layout is not one the
-        task could draw."""
+    def _move_target(self, xy: tuple[float, float]) -> None:
+        """Move the target to `xy` on the table (`reset(options={"target_xy": ...})`); ValueError where the task
+        cannot or the layout is not one the task could draw."""
         raise ValueError(f"{type(self).__name__} does not support options={{'target_xy': ...}}")
 
     def num_distractors(self) -> int:
@@ -321,9 +320,6 @@ class VLAEnv(gym.Env):
                 (hindsight relabelling: the scene in which a trajectory would have reached the target);
                 `ValueError` where the task cannot move its target, or where the task could not have drawn
                 that layout (outside the workspace, or too close to another object).
-            "make_room": True, with "target_xy", first moves each object too close to that spot aside, to the
-                nearest spot (to 5 mm) where the task could have drawn it, keeping its heading and colour; the
-                layout stays one the task could draw. `ValueError` where no such spot is left.
         """
         super().reset(seed=seed)
         options = options or {}
@@ -334,12 +330,8 @@ class VLAEnv(gym.Env):
         self._initialize_episode(rng)
         if options.get("swap_target"):
             self._swap_target()
-        if "make_room" in options and not isinstance(options["make_room"], (bool, np.bool_)):
-            raise ValueError(f"options['make_room'] must be True or False, got {options['make_room']!r}")
-        if options.get("make_room") and "target_xy" not in options:
-            raise ValueError("options['make_room'] moves objects aside for options['target_xy'], which is missing")
         if "target_xy" in options:
-            self._move_target(_check_xy(options["target_xy"]), bool(options.get("make_room", False)))
+            self._move_target(_check_xy(options["target_xy"]))
         templates = self.templates[self.instruction_split]
         template = templates[rng.integers(len(templates))]
         self.instruction = template.format(**self.instruction_fields())

@@ -187,9 +187,6 @@ class FreeObject:
         return f"{self.color} {self.kind}"
 
 
-ROOM_GRID = 0.005  # metres between the spots `move_object(make_room=True)` considers for an object it moves aside
-
-
 def move_object(
     model,
     data,
@@ -198,15 +195,10 @@ def move_object(
     xy: tuple[float, float],
     region: tuple[tuple[float, float], tuple[float, float]],
     min_spacing: float,
-    make_room: bool = False,
 ) -> None:
     """Put `obj` at `xy` on the table, keeping its heading and colour, where `sample_layout` could have put it:
-    inside `region` and at least `min_spacing` from each of `others` (ValueError otherwise, naming the rule).
-
-    With `make_room`, each of `others` nearer than `min_spacing` to `xy` is moved aside first (nearest first,
-    keeping its heading and colour) to the spot nearest to where it stands, on a `ROOM_GRID` grid of `region`,
-    at least `min_spacing` from `xy` and from every other object, so the layout stays one the task could draw;
-    ValueError where no such spot is left. Draws nothing."""
+    inside `region` and at least `min_spacing` from each of `others` (ValueError otherwise, naming the rule);
+    draws nothing."""
     (x0, x1), (y0, y1) = region
     x, y = xy
     if not (x0 <= x <= x1 and y0 <= y <= y1):
@@ -216,30 +208,11 @@ def move_object(
         return float(np.hypot(*(other.pos(data)[:2] - (x, y))))
 
     near = sorted((o for o in others if gap(o) < min_spacing), key=gap)
-    if near and not make_room:
+    if near:
         raise ValueError(
             f"target_xy ({x:.3f}, {y:.3f}) is {gap(near[0]):.3f} m from the {near[0].describe()}; objects stand at "
             f"least {min_spacing} m apart"
         )
-    if near:
-        gx, gy = np.meshgrid(np.arange(x0, x1 + 1e-9, ROOM_GRID), np.arange(y0, y1 + 1e-9, ROOM_GRID))
-        spots = np.stack([gx.ravel(), gy.ravel()], axis=1)
-        standing = {id(o): o.pos(data)[:2] for o in others if o not in near}
-        standing[id(obj)] = np.array([x, y])
-        moves = []
-        for other in near:
-            free = np.all([np.hypot(*(spots - q).T) >= min_spacing for q in standing.values()], axis=0)
-            if not free.any():
-                raise ValueError(
-                    f"target_xy ({x:.3f}, {y:.3f}) is {gap(other):.3f} m from the {other.describe()} and the "
-                    f"workspace has no spot {min_spacing} m from every object to move it to"
-                )
-            candidates = spots[free]
-            spot = candidates[np.argmin(np.hypot(*(candidates - other.pos(data)[:2]).T))]
-            standing[id(other)] = spot
-            moves.append((other, spot))
-        for other, (ox, oy) in moves:
-            other.place(model, data, float(ox), float(oy), _heading(other, data), other.color)
     obj.place(model, data, x, y, _heading(obj, data), obj.color)
 
 

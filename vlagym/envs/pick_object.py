@@ -126,10 +126,10 @@ class PickObjectEnv(VLAEnv):
         """Every other object on the table (colours are distinct): what `swap_target` may pick."""
         return [o for o in self.objects if o.present and o is not self.target]
 
-    def _move_target(self, xy: tuple[float, float], make_room: bool = False) -> None:
+    def _move_target(self, xy: tuple[float, float]) -> None:
         spacing = DISTRACTOR_SPACING if self.split == "distractors" else MIN_SPACING
         others = [o for o in self.objects if o.present and o is not self.target]
-        move_object(self.model, self.data, self.target, others, xy, WORKSPACE, spacing, make_room)
+        move_object(self.model, self.data, self.target, others, xy, WORKSPACE, spacing)
 
     # ------------------------------------------------------------------ observations
     def target_pose(self) -> tuple[np.ndarray, np.ndarray]:

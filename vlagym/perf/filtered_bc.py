@@ -35,7 +35,7 @@ def fbc_rates(tb: Path) -> dict[str, float]:
 
 def bench_filtered_bc(cfg: BenchConfig, work: Work) -> Table:
     """The filtered-bc table: one row with inline batches, one with prefetched ones."""
-    from vlagym.rl.filtered_bc import FilteredBCConfig, train_filtered_bc
+    from vlagym.rl.fbc import FilteredBCConfig, train_filtered_bc
 
     b, task = cfg.budget, cfg.task_list[0]
 

@@ -1,0 +1,161 @@
+"""Collection: the VLA acting as `vlagym eval` runs it plus exploration noise, on vector envs whose sub-envs
+record (and relabel) their episodes.
+
+Episode seeds: round r tries `episodes_per_round / group_size` states, state k with seed
+``collect_seed + r * states + k``, each `group_size` times in a row. The noise of an episode comes from a
+generator of its seed and its try, so a round's episodes depend on neither `n_envs` nor the rows beside them
+(up to the last bits of batched inference, which contact-rich episodes can amplify, as in `vlagym eval`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from vlagym.eval.evaluate import episode_noise_generator
+from vlagym.eval.rollout import EpisodeRecord, run_episodes
+from vlagym.policies.vla import VLAPolicy
+from vlagym.rl.fbc.config import FilteredBCConfig
+from vlagym.rl.fbc.episodes import Replay, RolloutEpisode
+from vlagym.rl.fbc.recorder import DELAY_KEY, HINDSIGHT_KEY, RECORD_KEY, RolloutRecorder
+from vlagym.train.demo_collector import ignore_sigint
+
+NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
+
+
+class NoisyVLA:
+    """A `VLAPolicy` as a batched rollout policy (what `vlagym eval` runs), plus Gaussian noise of std `noise_std`
+    in normalised action units on every executed action's arm dimensions (all but the last, the gripper); each
+    draw is held for `hold` steps of its episode (steps 0..hold-1 share one draw, and so on).
+
+    Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
+    `reset`), so an episode depends on its seed alone. The k-th episode of a seed since `new_round` (the tries
+    of a group, started in list order) gets the noise of (seed, k), so the tries of one state differ; try 0's
+    noise is the seed's alone, and its flow noise the one `vlagym eval` draws."""
+
+    def __init__(self, policy: VLAPolicy, noise_std: float, hold: int = 1):
+        if int(hold) < 1:
+            raise ValueError(f"hold must be >= 1 step, got {hold!r}")
+        self.policy, self.noise_std, self.hold = policy, float(noise_std), int(hold)
+        self.seconds = 0.0  # spent choosing actions (inference and noise), for the collection's time split
+        self._noise: list[np.random.Generator | None] = []
+        self._held: list[np.ndarray | None] = []  # each row's current draw (standard normal)
+        self._age = np.zeros(0, np.int64)  # each row's steps since its episode started
+        self._flow: list[torch.Generator | None] = []
+        self._tries: dict[int, int] = {}
+
+    def new_round(self) -> None:
+        """Forget the tries counted so far: the next episode of every seed is its try 0."""
+        self._tries = {}
+
+    def reset(self, mask: np.ndarray, seeds: np.ndarray) -> None:
+        mask = np.asarray(mask, bool)
+        if len(self._noise) != len(mask):
+            self._noise, self._flow, self._held = [None] * len(mask), [None] * len(mask), [None] * len(mask)
+            self._age = np.zeros(len(mask), np.int64)
+        self.policy.reset(mask=mask)
+        self._age[mask] = 0
+        for i in np.flatnonzero(mask):
+            seed = int(seeds[i])
+            k = self._tries.get(seed, 0)
+            self._tries[seed] = k + 1
+            key = [NOISE_STREAM, seed] if k == 0 else [NOISE_STREAM, seed, k]
+            self._noise[i] = np.random.default_rng(key)
+            if k == 0:
+                self._flow[i] = episode_noise_generator(seed)  # as `vlagym eval` draws it
+            else:
+                state = np.random.SeedSequence(key).generate_state(1, np.uint64)[0]
+                self._flow[i] = torch.Generator().manual_seed(int(state))
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            batch = self.policy.batch_from_obs(obs)
+            flow = self.policy.config.head == "flow"
+            action = self.policy.select_action(batch, self._flow if flow else None)
+        action = action.float().cpu().numpy().astype(np.float32)
+        if self.noise_std > 0:
+            scale = self.policy.action_scale.cpu().numpy()[:-1]
+            for i, g in enumerate(self._noise):
+                if self._age[i] % self.hold == 0:
+                    self._held[i] = g.standard_normal(scale.shape)
+                action[i, :-1] += (self.noise_std * scale * self._held[i]).astype(np.float32)
+            self._age += 1
+        self.seconds += time.perf_counter() - t0
+        return action
+
+
+def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+    """The collection vector env: autoreset disabled (as `run_episodes` needs), a `RolloutRecorder` in every
+    sub-env."""
+    wrappers: list[Any] = [
+        functools.partial(RolloutRecorder, hindsight=cfg.hindsight, close_delays=tuple(cfg.close_delays))
+    ]
+    if cfg.vectorization == "async":
+        wrappers.append(functools.partial(ignore_sigint, main_pid=os.getpid()))
+    return gym.make_vec(
+        cfg.task,
+        num_envs=cfg.n_envs,
+        vectorization_mode=cfg.vectorization,
+        vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+        wrappers=wrappers,
+        **env_kwargs,
+    )
+
+
+def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
+    """The reset seeds of round r's episodes: episodes_per_round / group_size fresh states, each `group_size`
+    times in a row (state k of round r has seed collect_seed + r * states + k)."""
+    states = cfg.episodes_per_round // cfg.group_size
+    first = cfg.collect_seed + round_ * states
+    return [first + k for k in range(states) for _ in range(cfg.group_size)]
+
+
+class Collection(NamedTuple):
+    """What `collect_round` gathered, each list in seed order."""
+
+    records: list[EpisodeRecord]
+    """every episode's record (outcome, length, ...)"""
+    successes: list[RolloutEpisode]
+    """the successful episodes"""
+    hindsight: list[Replay]
+    """each failed episode's hindsight replay (when the recorders run them)"""
+    delayed: list[Replay]
+    """each failed episode's delayed-close replays (when the recorders run them)"""
+
+
+def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False) -> Collection:
+    """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
+    come in an order of their content, so that the result does not depend on which sub-env finished first."""
+    wanted = set(seeds)
+    found: dict[str, dict[int, list[Any]]] = {RECORD_KEY: {}, HINDSIGHT_KEY: {}, DELAY_KEY: {}}
+
+    def on_step(info: dict[str, Any]) -> None:
+        for key, into in found.items():
+            if key not in info:
+                continue
+            for i in np.flatnonzero(info.get(f"_{key}", np.ones(len(info[key]), bool))):
+                item = info[key][i]
+                if isinstance(item, (RolloutEpisode, Replay)) and item.seed in wanted:  # not a throw-away episode
+                    into.setdefault(item.seed, []).append(item)
+
+    actor.new_round()  # count the tries of each seed afresh
+    records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
+    episodes, replays, delays = found[RECORD_KEY], found[HINDSIGHT_KEY], found[DELAY_KEY]
+    for tries in episodes.values():
+        tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
+    for tries in (*replays.values(), *delays.values()):
+        tries.sort(key=Replay.order)
+    successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
+    hindsight, delayed = (
+        [by_seed[r.seed].pop(0) for r in records if not r.success and by_seed.get(r.seed)]
+        for by_seed in (replays, delays)
+    )
+    return Collection(records, successes, hindsight, delayed)
