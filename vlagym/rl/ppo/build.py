@@ -9,6 +9,9 @@ Reward: ``"sparse"`` is 1 on the step of success, which ends the episode. ``"den
 reward (each step in [0, 1], highest in the success state), and its training episodes do NOT end on success
 (``terminate_on_success=False``) but run to the time limit: ending them would forfeit the reward of every step
 left, so an agent would learn to hover just short of success. Evaluation always uses the task's own episodes.
+
+`Run` (what a run is built from) and `Progress` (what it has done so far) are what the checkpoint, evaluation
+and loop modules pass around.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class Progress:
     train_s: float = 0.0
     """wall-clock seconds of training so far, evaluations excluded"""
     curve: list[dict[str, Any]] = field(default_factory=list)
+    """the evaluations so far (eval/curve.json), one point per evaluated timestep"""
 
 
 def train_env_kwargs(reward: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +77,7 @@ def eval_env_kwargs(env_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _post_training_run(cfg: RLConfig) -> Run:
+    """`VLAPPO` on the BC checkpoint's VLA, in envs that act and observe as `vlagym eval` does with it."""
     meta = read_checkpoint_config(cfg.policy)
     bc = VLAPolicy.from_pretrained(cfg.policy)
     pc = bc.config
@@ -141,6 +146,7 @@ def _ppo_kwargs(cfg: RLConfig) -> dict[str, Any]:
 
 
 def _scratch_run(cfg: RLConfig) -> Run:
+    """SB3's PPO or SAC with its `MlpPolicy`, on the privileged state."""
     kwargs = train_env_kwargs(cfg.reward, {**cfg.env_kwargs, "obs_mode": "state"})
     factory = functools.partial(
         make_rl_env, cfg.task, kwargs, cfg.chunk_size, cfg.max_episode_steps, reward_scale=cfg.reward_scale
