@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from rl_helpers import ENV, TASK, ExpertActor
 
-from vlagym.eval.evaluate import EvalConfig, evaluate
+from vlagym.eval.configs import EvalConfig
+from vlagym.eval.evaluate import evaluate
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc import FilteredBCConfig

@@ -15,8 +15,9 @@ from rl_helpers import TASK
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from vlagym.eval.configs import EvalConfig
 from vlagym.eval.diagnostics import OUTCOMES
-from vlagym.eval.evaluate import EvalConfig, evaluate
+from vlagym.eval.evaluate import evaluate
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc import FilteredBCConfig, train_filtered_bc
 from vlagym.rl.fbc.buffer import read_weights, rollout_path

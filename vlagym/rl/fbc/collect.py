@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from vlagym.eval.evaluate import episode_noise_generator
+from vlagym.eval.adapters import episode_noise_generator
 from vlagym.eval.rollout import EpisodeRecord, run_episodes
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc.config import FilteredBCConfig

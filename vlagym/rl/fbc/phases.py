@@ -205,7 +205,7 @@ def lr_at(cfg: FilteredBCConfig, update: int) -> float:
 def evaluate(run: Run, checkpoint: Path) -> Evaluated:
     """Score `checkpoint` as `vlagym eval` does, on `eval_episodes` seeds from `eval_seed`, without moving the
     training's random streams; the point joins the learning curve ``OUT/eval/curve.json``."""
-    from vlagym.eval.evaluate import EvalConfig
+    from vlagym.eval.configs import EvalConfig
     from vlagym.eval.evaluate import evaluate as run_eval
 
     cfg, progress = run.cfg, run.progress
