@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from vlagym.cli import build_parser, main, train_bc_config
-from vlagym.train.bc import BCConfig
+from vlagym.cli import build_parser, main, parse_config
+from vlagym.train.configs import BCConfig
 from vlagym.train.demos import DemoConfig, collect_demos
 
 
@@ -38,17 +38,25 @@ def test_train_bc_runs_and_resumes(demos, tmp_path, capsys):
     assert json.loads((out / "checkpoints" / "last.json").read_text())["step"] == 8
 
 
-def test_parser_defaults_match_the_config():
-    args = build_parser().parse_args(["train-bc", "--dataset", "x.hdf5"])
+def test_options_left_out_keep_the_config_defaults(demos):
+    cfg = parse_config(["train-bc", "--dataset", str(demos)])
     defaults = {f.name: f.default for f in dataclasses.fields(BCConfig) if f.default is not dataclasses.MISSING}
     for name in ("out", "steps", "batch_size", "lr", "eval_every", "eval_episodes", "checkpoint_every", "seed"):
-        assert getattr(args, name) == defaults[name], name
+        assert getattr(cfg, name) == defaults[name], name
 
 
 def test_no_augment_turns_the_augmentation_off(demos):
-    on = train_bc_config(build_parser().parse_args(["train-bc", "--dataset", str(demos)]))
-    off = train_bc_config(build_parser().parse_args(["train-bc", "--dataset", str(demos), "--no-augment"]))
+    on = parse_config(["train-bc", "--dataset", str(demos)])
+    off = parse_config(["train-bc", "--dataset", str(demos), "--no-augment"])
     assert on.augment is True and off.augment is False
+
+
+def test_help_shows_each_fields_docstring_and_default(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train-bc", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--steps N total optimiser steps" in text and "(default: 3000)" in text
+    assert "--no-augment" in text and "--chunk-size N" in text
 
 
 @pytest.mark.parametrize(

@@ -24,11 +24,12 @@ import numpy as np
 from gymnasium import spaces
 
 from vlagym import headless
-from vlagym.headless import has_display
+from vlagym.envs.constants import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES, RENDER_MODES, REWARD_MODES
 from vlagym.envs.objects import FreeObject
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 from vlagym.envs.spaces import InstructionSpace
 from vlagym.envs.splits import SPLITS, VisualRandomizer
+from vlagym.headless import has_display
 
 logger = logging.getLogger(__name__)
 mujoco_logger = logging.getLogger("vlagym.mujoco")
@@ -59,11 +60,6 @@ def _track_renderer_owner(env: VLAEnv) -> None:
         _exit_hook_registered = True
 
 
-OBS_MODES = ("state", "rgb", "rgb+state")
-REWARD_MODES = ("dense", "sparse")
-INSTRUCTION_SPLITS = ("train", "heldout")
-CAMERAS = ("front", "wrist", "side")
-RENDER_MODES = ("rgb_array", "human")
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " ,.;:'?!-()"
 INSTRUCTION_MAX_LENGTH = 160
 MAX_OBJECTS = 5

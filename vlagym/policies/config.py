@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlagym.config import Config
-from vlagym.envs.base import CAMERAS
+from vlagym.envs.constants import CAMERAS
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 
 HEADS = ("l1", "flow")

@@ -1,0 +1,110 @@
+"""`vlagym demos` and `vlagym dataset info|check`: scripted demonstrations and their checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vlagym.cli.common import EXIT_OK, EXIT_PROBLEMS, UserError, add_options, build, check_task
+from vlagym.cli.options import option_values
+from vlagym.train.configs import CONFIG_SUFFIX, DemoConfig
+
+
+def demo_config(args: argparse.Namespace) -> DemoConfig:
+    """The `DemoConfig` of `vlagym demos` options; ``--split`` and ``--instruction-split`` are shorthands that
+    merge into its env kwargs."""
+    from vlagym.envs.constants import INSTRUCTION_SPLITS
+    from vlagym.envs.splits import SPLITS
+
+    for name, value, choices in (
+        ("--split", args.split, SPLITS),
+        ("--instruction-split", args.instruction_split, INSTRUCTION_SPLITS),
+    ):
+        if value is not None and value not in choices:
+            raise UserError(f"{name} must be one of {list(choices)}, got {value!r}")
+    values = option_values(args, DemoConfig)
+    values["task"] = check_task(values.get("task", ""))
+    env_kwargs = dict(values.get("env_kwargs", {}))
+    env_kwargs.setdefault("split", args.split)
+    if args.instruction_split is not None:
+        env_kwargs.setdefault("instruction_split", args.instruction_split)
+    values["env_kwargs"] = env_kwargs
+    return build(DemoConfig, values)
+
+
+def run_demos(args: argparse.Namespace) -> int:
+    from vlagym.train.demos import DemoError, collect_demos
+
+    cfg = demo_config(args)
+    try:
+        summary = collect_demos(cfg)
+    except DemoError as e:
+        raise UserError(str(e)) from e
+    dropped = "kept" if cfg.keep_failures else "dropped"
+    print(
+        f"wrote {summary.path}: {summary.demos} demos, {summary.steps} steps, {summary.file_bytes / 1e6:.1f} MB; "
+        f"this run: {summary.episodes} episodes from episode {summary.first_episode}, {summary.successes} successful, "
+        f"{summary.failures} failed ({dropped}), {summary.seconds:.1f} s; config: {summary.path}{CONFIG_SUFFIX}"
+    )
+    return EXIT_OK
+
+
+def _demo_file(file: str) -> Path:
+    path = Path(file)
+    if not path.exists():
+        raise UserError(f"{file}: no such file")
+    if path.is_dir():
+        raise UserError(f"{file} is a folder, not a demo file")
+    return path
+
+
+def run_dataset_info(args: argparse.Namespace) -> int:
+    from vlagym.train.validate import DatasetError, dataset_info, format_info
+
+    _demo_file(args.file)
+    try:
+        info = dataset_info(args.file)
+    except DatasetError as e:  # a broken file is a finding, as for `check`: exit code 1
+        print(f"vlagym dataset info: error: {e}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return EXIT_OK
+
+
+def run_dataset_check(args: argparse.Namespace) -> int:
+    from vlagym.train.validate import check_dataset
+
+    _demo_file(args.file)
+    problems = check_dataset(args.file)
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)")
+        for problem in problems:
+            print(f"  - {problem}")
+        return EXIT_PROBLEMS
+    print(f"{args.file}: ok")
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demos",
+        help="collect scripted-expert demonstrations (HDF5)",
+        description="Run the task's scripted expert in vectorised envs and write the episodes to one HDF5 file in "
+        "the robomimic/LIBERO layout (its config JSON beside it); resumable.",
+    )
+    add_options(p, DemoConfig)
+    p.add_argument("--split", default="train", help='shorthand for env kwargs {"split": ...} (default: train)')
+    p.add_argument("--instruction-split", default=None, help='shorthand for env kwargs {"instruction_split": ...}')
+    p.set_defaults(handler=run_demos, config=demo_config)
+
+    p = sub.add_parser("dataset", help="inspect or check a demo file", description="Inspect or check a demo file.")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(p))
+    a = actions.add_parser("info", help="readable summary: episodes, steps, tasks, instructions, actions, obs")
+    a.add_argument("file", help="demo file (.hdf5)")
+    a.add_argument("--json", action="store_true", help="print the summary as JSON")
+    a.set_defaults(handler=run_dataset_info)
+    a = actions.add_parser("check", help="check the file against the demo layout (exit code 1 on problems)")
+    a.add_argument("file", help="demo file (.hdf5)")
+    a.set_defaults(handler=run_dataset_check)

@@ -1,0 +1,189 @@
+"""`vlagym train-bc`, `train-fbc`, `train-rl` and `quickstart`: learning a policy, and the whole loop."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vlagym.cli.common import EXIT_OK, UserError, add_options, build, check_task, config_from_args
+from vlagym.cli.options import option_values
+from vlagym.eval.quickstart import QuickstartConfig
+from vlagym.rl.fbc.config import FilteredBCConfig
+from vlagym.rl.ppo.config import RLConfig
+from vlagym.train.configs import BCConfig
+
+DEPRECATED_ALGO = "filtered-bc"  # `train-rl --algo filtered-bc` became `train-fbc` (kept for one release)
+
+
+# ---------------------------------------------------------------------------- train-bc
+def bc_config(args: argparse.Namespace) -> BCConfig:
+    """The `BCConfig` of `vlagym train-bc` options; the policy takes the demos' image size and cameras unless
+    given."""
+    from vlagym.train.bc import demo_env
+
+    values = option_values(args, BCConfig)
+    datasets = values.get("dataset") or []
+    missing = [p for p in datasets if not Path(p).is_file()]
+    if missing:
+        raise UserError(f"--dataset file {missing[0]!r} does not exist")
+    if datasets:
+        try:
+            _, env_kwargs = demo_env(datasets[0])
+        except (OSError, KeyError, ValueError) as e:
+            raise UserError(f"--dataset {datasets[0]!r} is not a vlagym demo file: {e}") from e
+        policy = dict(values.get("policy", {}))
+        for key in ("image_size", "cameras"):
+            if key in env_kwargs:
+                policy.setdefault(key, env_kwargs[key])
+        values["policy"] = policy
+    return build(BCConfig, values)
+
+
+def run_train_bc(args: argparse.Namespace) -> int:
+    from vlagym.eval.evaluate import checkpoint_success_rate
+    from vlagym.train.bc import train_bc
+
+    cfg = bc_config(args)
+    try:
+        result = train_bc(cfg, evaluator=checkpoint_success_rate)
+    except ValueError as e:  # a batch larger than the data, no CUDA, a resume of another run
+        raise UserError(str(e)) from e
+    print(f"trained {result['step']} steps, final loss {result['loss']:.4f}")
+    if result.get("success_rate") is not None:
+        print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
+    print(f"checkpoint: {result['checkpoint']}")
+    print(f"logs: {Path(cfg.out) / 'tb'} (tensorboard --logdir {Path(cfg.out) / 'tb'})")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- train-fbc and train-rl
+def _with_task(cls: type, args: argparse.Namespace) -> Any:
+    values = option_values(args, cls)
+    if values.get("task") is not None:
+        values["task"] = check_task(values["task"])
+    return build(cls, values)
+
+
+def fbc_config(args: argparse.Namespace) -> FilteredBCConfig:
+    """The `FilteredBCConfig` of `vlagym train-fbc` options."""
+    return _with_task(FilteredBCConfig, args)
+
+
+def rl_config(args: argparse.Namespace) -> RLConfig:
+    """The `RLConfig` of `vlagym train-rl` options: a BC checkpoint to post-train, or a run from scratch."""
+    values = option_values(args, RLConfig)
+    if values.get("policy") is None and not values.get("from_scratch"):
+        raise UserError("give a BC checkpoint (--policy DIR) or --from-scratch --task TASK")
+    return _with_task(RLConfig, args)
+
+
+def _report(result: dict[str, Any], out: Path, config_name: str, curve_name: str) -> None:
+    if result["success_rate"] is not None:
+        print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
+        print(f"learning curve: {out / 'eval' / curve_name}")
+    print(f"checkpoint: {result['checkpoint']}")
+    print(f"config: {out / config_name}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
+
+
+def run_train_fbc(args: argparse.Namespace) -> int:
+    from vlagym.rl.fbc import train_filtered_bc
+    from vlagym.rl.fbc.config import CONFIG_NAME, CURVE_NAME
+
+    cfg = fbc_config(args)
+    try:
+        result = train_filtered_bc(cfg)
+    except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
+        if isinstance(e, TypeError) and not cfg.env_kwargs:
+            raise
+        raise UserError(str(e)) from e
+    print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps")
+    _report(result, Path(cfg.out), CONFIG_NAME, CURVE_NAME)
+    return EXIT_OK
+
+
+def run_train_rl(args: argparse.Namespace) -> int:
+    from vlagym.rl.ppo import CONFIG_NAME, CURVE_NAME, train_rl
+
+    cfg = rl_config(args)
+    try:
+        result = train_rl(cfg)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, TypeError) and not cfg.env_kwargs:
+            raise
+        raise UserError(str(e)) from e
+    print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
+    _report(result, Path(cfg.out), CONFIG_NAME, CURVE_NAME)
+    return EXIT_OK
+
+
+def forward_deprecated(argv: Sequence[str]) -> list[str]:
+    """``train-rl --algo filtered-bc ...`` → ``train-fbc ...`` with a warning on stderr (one release)."""
+    argv = list(argv)
+    if not argv or argv[0] != "train-rl":
+        return argv
+    for i, arg in enumerate(argv):
+        if arg == f"--algo={DEPRECATED_ALGO}" or (arg == "--algo" and argv[i + 1 : i + 2] == [DEPRECATED_ALGO]):
+            width = 1 if "=" in arg else 2
+            print("vlagym: `train-rl --algo filtered-bc` is deprecated: use `vlagym train-fbc`", file=sys.stderr)
+            return ["train-fbc", *argv[1:i], *argv[i + width :]]
+    return argv
+
+
+# ---------------------------------------------------------------------------- quickstart
+def run_quickstart(args: argparse.Namespace) -> int:
+    from vlagym.eval.evaluate import format_results
+    from vlagym.eval.quickstart import run_quickstart as run
+
+    summary = run(config_from_args(QuickstartConfig, args))
+    t = summary["timings_s"]
+    evals = list(summary["results"])
+    for name in evals:
+        print(f"\n{summary['labels'][name]}:")
+        print(format_results(summary["results"][name]))
+    print(
+        f"\ntime: demos {t['demos']:.0f} s, training {t['train']:.0f} s, evaluation "
+        f"{sum(t[name] for name in evals):.0f} s, total {summary['total_s'] / 60:.1f} min"
+    )
+    print(f"demos: {summary['demos']['path']}")
+    print(f"checkpoint: {summary['checkpoint']}")
+    print(f"logs: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
+    print(f"results and videos: {', '.join(str(Path(summary['out']) / name) for name in evals)}")
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "quickstart",
+        help="the main job: demos -> train the VLA -> evaluate (built-in defaults)",
+        description="Collect scripted demos for VLA-PickCup-v0, train the VLA by behaviour cloning, and evaluate it "
+        "on fresh seeds with the train and the held-out instruction wordings. No arguments needed.",
+    )
+    add_options(p, QuickstartConfig)
+    p.set_defaults(handler=run_quickstart, config=lambda args: config_from_args(QuickstartConfig, args))
+    p = sub.add_parser(
+        "train-bc",
+        help="behaviour cloning of the VLA on demo files",
+        description="Train the VLA policy by behaviour cloning (checkpoints, TensorBoard logs, periodic evaluation); "
+        "under torchrun every rank runs it (DDP). Policy options default to the demos' image size and cameras.",
+    )
+    add_options(p, BCConfig)
+    p.set_defaults(handler=run_train_bc, config=bc_config)
+    p = sub.add_parser(
+        "train-fbc",
+        help="post-train a BC checkpoint by success-filtered BC",
+        description="Success-filtered behaviour cloning: each round runs the policy with exploration noise on fresh "
+        "seeds, keeps its successes (optionally relabelled) and trains on them mixed with its demos.",
+    )
+    add_options(p, FilteredBCConfig)
+    p.set_defaults(handler=run_train_fbc, config=fbc_config)
+    p = sub.add_parser(
+        "train-rl",
+        help="PPO post-training of a BC checkpoint, or PPO/SAC from scratch",
+        description="PPO post-training of a BC checkpoint (stable-baselines3; chunk-level actions), or RL "
+        "baselines from scratch on state observations (--from-scratch --algo ppo|sac).",
+    )
+    add_options(p, RLConfig, aliases={"total_timesteps": ["--timesteps"]})
+    p.set_defaults(handler=run_train_rl, config=rl_config)
