@@ -55,7 +55,9 @@ def given(args: argparse.Namespace, cls: type, only: tuple[str, ...] | None = No
 def _flag_names(message: str, values: dict[str, Any]) -> str:
     # Config errors name fields ("steps must be ..."); on the command line the user knows them as flags.
     head, sep, rest = message.partition(" ")
-    return f"{flag(head)} {rest}" if sep and head in values else message
+    if not sep or head not in values or flag(head) in message:  # not a field's error, or it names the flag already
+        return message
+    return f"{flag(head)} {rest}"
 
 
 __all__ = [

@@ -94,7 +94,10 @@ class CheckpointPolicy:
         if "cameras" in policy_config:
             self.env_kwargs["cameras"] = list(policy_config["cameras"])
         self.env_kwargs.update(extra.get("env_kwargs") or {})
-        self.policy = VLAPolicy.from_pretrained(self.folder)
+        try:
+            self.policy = VLAPolicy.from_pretrained(self.folder)
+        except Exception as e:  # noqa: BLE001 - whatever a user's folder holds, it is reported, never a traceback
+            raise EvalError(f"{str(folder)!r} cannot be loaded as a vlagym policy: {e}") from e
         if device is not None:
             self.policy.to(device)
         self.policy.eval()
