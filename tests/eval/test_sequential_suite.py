@@ -308,7 +308,10 @@ def test_width_one_and_min_equal_to_the_episodes_are_allowed(tiny):
     "extra, needle",
     [
         (["--suite", "tiny-seq", "--sequential-width", "2"], "sequential_width (--sequential-width) must be in"),
-        (["--suite", "tiny-seq", "--sequential-min-episodes", "3"], "sequential stopping is off: set sequential_width (--sequential-width) too"),
+        (
+            ["--suite", "tiny-seq", "--sequential-min-episodes", "3"],
+            "sequential stopping is off: set sequential_width (--sequential-width) too",
+        ),
         (["--suite", "tiny-seq", "--sequential-width", "0.2", "--sequential-min-episodes", "0"], "at least 1, got 0"),
         (["--tasks", BUTTON, "--sequential-width", "0.2"], "--sequential-width runs with a benchmark protocol"),
         (["--sequential-min-episodes", "3"], "--sequential-min-episodes runs with a benchmark protocol"),
