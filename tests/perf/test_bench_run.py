@@ -15,7 +15,7 @@ import pytest
 
 from vlagym.cli import main
 from vlagym.perf.config import SECTIONS
-from vlagym.perf.results import compare_runs, read_run
+from vlagym.perf.results import compare_bench_runs, read_bench_run
 
 TASK = "VLA-PickCup-v0"
 
@@ -34,7 +34,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, str]:
 @pytest.mark.smoke
 def test_quick_run_writes_every_section(quick_run):
     path, stdout = quick_run
-    doc = read_run(path)
+    doc = read_bench_run(path)
     assert list(doc["sections"]) == list(SECTIONS)
     assert doc["config"]["quick"] is True and doc["config"]["tasks"] == [TASK] and doc["config"]["repeats"] == 2
     assert {"vlagym", "mujoco", "gymnasium", "torch", "numpy"} <= set(doc["fingerprint"]["versions"])
@@ -79,7 +79,7 @@ def test_compare_prints_ratios(quick_run, tmp_path, capsys):
     new_path = tmp_path / "new.json"
     new_path.write_text(json.dumps(new))
 
-    rows = {(r["section"], r["row"], r["metric"]): r for r in compare_runs(old, new)}
+    rows = {(r["section"], r["row"], r["metric"]): r for r in compare_bench_runs(old, new)}
     first_latency = ", ".join(str(old["sections"]["latency"]["rows"][0][k]) for k in ("head", "acting"))
     assert rows["env", TASK, "state steps/s"]["ratio"] == pytest.approx(0.5)
     assert rows["env", TASK, "state steps/s"]["speedup"] == pytest.approx(0.5)
@@ -141,7 +141,7 @@ def test_compare_reads_runs_saved_before_repeats(quick_run, tmp_path, capsys):
     old_path = tmp_path / "old.json"
     old_path.write_text(json.dumps(_without_passes(new)))
 
-    rows = compare_runs(read_run(old_path), new)
+    rows = compare_bench_runs(read_bench_run(old_path), new)
     rate = next(r for r in rows if r["section"] == "env" and r["metric"] == "state steps/s")
     assert rate["ratio"] == pytest.approx(1.0) and rate["old_spread"] is None and rate["new_spread"] is not None
 

@@ -8,7 +8,7 @@ import pytest
 from rl_helpers import ENV, TASK
 
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
-from vlagym.rl.fbc.buffer import Mixture, Prefetch, draw, read_weights, write_rollouts
+from vlagym.rl.fbc.buffer import Mixture, Prefetch, draw, read_sample_weights, write_rollouts
 from vlagym.rl.fbc.episodes import gripper_reopens
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.validate import check_dataset
@@ -18,7 +18,7 @@ def test_weights_round_trip_and_steer_the_draws(expert_rollouts, bc_checkpoint, 
     _, episodes, _ = expert_rollouts
     path = tmp_path / "weighted.hdf5"
     write_rollouts(path, episodes, TASK, ENV, [2.0, 0.5, 1.0])
-    np.testing.assert_array_equal(read_weights(path), [2.0, 0.5, 1.0])
+    np.testing.assert_array_equal(read_sample_weights(path), [2.0, 0.5, 1.0])
     assert check_dataset(path) == []
     with pytest.raises(ValueError, match="2 weights for 3 episodes"):
         write_rollouts(tmp_path / "bad.hdf5", episodes, TASK, ENV, [1.0, 1.0])

@@ -20,11 +20,11 @@ from vlagym.eval.diagnostics import OUTCOMES
 from vlagym.eval.evaluate import evaluate
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc import FilteredBCConfig, train_filtered_bc
-from vlagym.rl.fbc.buffer import read_weights, rollout_path
+from vlagym.rl.fbc.buffer import read_sample_weights, rollout_path
 from vlagym.rl.fbc.episodes import gripper_reopens
 from vlagym.rl.fbc.loop import out_of_time
 from vlagym.rl.fbc.phases import lr_at
-from vlagym.train.run import latest_checkpoint
+from vlagym.train.run_files import latest_checkpoint
 
 
 def _reopen_after_first_close(episode):
@@ -133,7 +133,7 @@ def test_state_weighting_trains_on_weighted_successes(bc_checkpoint, demo_file, 
         path = rollout_path(tmp_path / "run", r)
         with h5py.File(path, "r") as f:
             lengths = np.array([len(demo["actions"]) for demo in f["data"].values()])
-        np.testing.assert_allclose(read_weights(path), 0.5 * gamma**lengths)
+        np.testing.assert_allclose(read_sample_weights(path), 0.5 * gamma**lengths)
         all_lengths += list(lengths)
     scalars = EventAccumulator(str(tmp_path / "run" / "tb")).Reload()
     mean_length = [e.value for e in scalars.Scalars("buffer/mean_episode_length")]

@@ -19,7 +19,7 @@ from vlagym.eval.evaluate import checkpoint_success_rate
 from vlagym.policies import VLAConfig, load_policy
 from vlagym.train.bc import BCConfig, lr_factor, train_bc
 from vlagym.train.demos import DemoConfig, collect_demos
-from vlagym.train.run import STATE_NAME, latest_checkpoint
+from vlagym.train.run_files import STATE_NAME, latest_checkpoint
 
 TINY_POLICY = {
     "image_size": 32,

@@ -34,7 +34,7 @@ def demo_config(args: argparse.Namespace) -> DemoConfig:
     return build(DemoConfig, values)
 
 
-def run_demos(args: argparse.Namespace) -> int:
+def cmd_demos(args: argparse.Namespace) -> int:
     from vlagym.train.demos import DemoError, collect_demos
 
     cfg = demo_config(args)
@@ -60,7 +60,7 @@ def _demo_file(file: str) -> Path:
     return path
 
 
-def run_dataset_info(args: argparse.Namespace) -> int:
+def cmd_dataset_info(args: argparse.Namespace) -> int:
     from vlagym.train.validate import DatasetError, dataset_info, format_info
 
     _demo_file(args.file)
@@ -73,7 +73,7 @@ def run_dataset_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_dataset_check(args: argparse.Namespace) -> int:
+def cmd_dataset_check(args: argparse.Namespace) -> int:
     from vlagym.train.validate import check_dataset
 
     _demo_file(args.file)
@@ -97,14 +97,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(p, DemoConfig)
     p.add_argument("--split", default="train", help='shorthand for env kwargs {"split": ...} (default: train)')
     p.add_argument("--instruction-split", default=None, help='shorthand for env kwargs {"instruction_split": ...}')
-    p.set_defaults(handler=run_demos, config=demo_config)
+    p.set_defaults(handler=cmd_demos, config=demo_config)
 
     p = sub.add_parser("dataset", help="inspect or check a demo file", description="Inspect or check a demo file.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(p))
     a = actions.add_parser("info", help="readable summary: episodes, steps, tasks, instructions, actions, obs")
     a.add_argument("file", help="demo file (.hdf5)")
     a.add_argument("--json", action="store_true", help="print the summary as JSON")
-    a.set_defaults(handler=run_dataset_info)
+    a.set_defaults(handler=cmd_dataset_info)
     a = actions.add_parser("check", help="check the file against the demo layout (exit code 1 on problems)")
     a.add_argument("file", help="demo file (.hdf5)")
-    a.set_defaults(handler=run_dataset_check)
+    a.set_defaults(handler=cmd_dataset_check)

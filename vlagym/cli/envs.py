@@ -33,7 +33,7 @@ def text_table(rows: list[dict[str, str]], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def run_list(args: argparse.Namespace) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     from vlagym.envs.catalog import task_rows
 
     cfg = config_from_args(ListConfig, args)
@@ -41,7 +41,7 @@ def run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_video(args: argparse.Namespace) -> int:
+def cmd_video(args: argparse.Namespace) -> int:
     from vlagym.eval.expert_video import record_expert_video
 
     check_task(args.task)
@@ -63,7 +63,7 @@ def run_video(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="list the registered tasks", description="List the registered vlagym tasks.")
     add_options(p, ListConfig)
-    p.set_defaults(handler=run_list)
+    p.set_defaults(handler=cmd_list)
     p = sub.add_parser(
         "video",
         help="record the scripted expert solving a task (mp4)",
@@ -71,4 +71,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         "beside it).",
     )
     add_options(p, VideoConfig, positional=("task",))
-    p.set_defaults(handler=run_video)
+    p.set_defaults(handler=cmd_video)

@@ -40,7 +40,7 @@ def _env_rejected(e: Exception, env_kwargs: dict) -> UserError:
     return UserError(f"the env rejected --env-kwargs {json.dumps(env_kwargs)}: {e}")
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def cmd_eval(args: argparse.Namespace) -> int:
     from vlagym.eval.evaluate import EvalError, evaluate, format_results
     from vlagym.eval.suites import SuiteError
 
@@ -62,8 +62,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_suite_eval(cfg: SuiteRunConfig) -> int:
     from vlagym.eval.evaluate import EvalError
+    from vlagym.eval.layout import BUNDLE_JSON, BUNDLE_MD, HEATMAP_PNG
     from vlagym.eval.report import REPORT_HTML
-    from vlagym.eval.suite_run import BUNDLE_JSON, BUNDLE_MD, HEATMAP_PNG, format_bundle, run_suite
+    from vlagym.eval.suite_run import format_bundle, run_suite
     from vlagym.eval.suites import SuiteError
 
     try:
@@ -85,9 +86,10 @@ def curve_config(args: argparse.Namespace) -> CurveConfig:
     return build(CurveConfig, values)
 
 
-def run_curve(args: argparse.Namespace) -> int:
-    from vlagym.eval.curve import CURVE_JSON, CURVE_MD, CURVE_PNG, CurveError, format_curve, run_curve
-    from vlagym.eval.evaluate import EvalError
+def cmd_curve(args: argparse.Namespace) -> int:
+    from vlagym.eval.configs import CurveError, EvalError
+    from vlagym.eval.curve import format_curve, run_curve
+    from vlagym.eval.layout import CURVE_JSON, CURVE_MD, CURVE_PNG
 
     cfg = curve_config(args)
     try:
@@ -104,7 +106,7 @@ def run_curve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     from vlagym.eval.report import ReportError, load_bundle, write_report
 
     try:
@@ -121,7 +123,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- compare and replicates
-def run_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from vlagym.eval.compare import compare_runs, format_comparison_report
     from vlagym.eval.stats import PairingError
 
@@ -134,7 +136,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_replicates(args: argparse.Namespace) -> int:
+def cmd_replicates(args: argparse.Namespace) -> int:
     from vlagym.eval.compare import format_replicates_report, replicate_runs
     from vlagym.eval.stats import PairingError
 
@@ -148,7 +150,7 @@ def run_replicates(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- bench-suite
-def run_bench_suite_list(args: argparse.Namespace) -> int:
+def cmd_bench_suite_list(args: argparse.Namespace) -> int:
     from vlagym.cli.envs import text_table
     from vlagym.eval.suites import get_suite, list_suites
 
@@ -169,7 +171,7 @@ def run_bench_suite_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_bench_suite_show(args: argparse.Namespace) -> int:
+def cmd_bench_suite_show(args: argparse.Namespace) -> int:
     from vlagym.eval.suites import SuiteError, format_protocol, get_suite
 
     try:
@@ -192,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(p, EvalConfig)
     suite_only = [f for f in _fields(SuiteRunConfig) if f not in _fields(EvalConfig)]
     add_options(p, SuiteRunConfig, skip=[f for f in _fields(SuiteRunConfig) if f not in suite_only])
-    p.set_defaults(handler=run_eval, config=eval_config)
+    p.set_defaults(handler=cmd_eval, config=eval_config)
     p = sub.add_parser(
         "curve",
         help="test curve of a training run: every checkpoint on the same seeds",
@@ -207,7 +209,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         help="same as --no-include-start",
     )
-    p.set_defaults(handler=run_curve, config=curve_config)
+    p.set_defaults(handler=cmd_curve, config=curve_config)
     p = sub.add_parser(
         "report",
         help="one self-contained HTML page of a results bundle",
@@ -215,14 +217,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and embedded episode videos in one file (suite runs write it already; this rewrites it).",
     )
     p.add_argument("bundle", help="bundle folder (or its bundle.json)")
-    p.set_defaults(handler=run_report)
+    p.set_defaults(handler=cmd_report)
     p = sub.add_parser(
         "compare",
         help="paired comparison of two runs (A - B with a 95%% CI, McNemar's test)",
         description="Paired comparison of two runs of the same protocol on identical episodes.",
     )
     add_options(p, CompareConfig, positional=("a", "b"))
-    p.set_defaults(handler=run_compare)
+    p.set_defaults(handler=cmd_compare)
     p = sub.add_parser(
         "replicates",
         help="replicate runs against one baseline: per run, and the mean with a t interval across runs",
@@ -230,12 +232,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the mean difference with Student's t interval across the runs.",
     )
     add_options(p, ReplicatesConfig, positional=("baseline", "runs"))
-    p.set_defaults(handler=run_replicates)
+    p.set_defaults(handler=cmd_replicates)
     p = sub.add_parser("bench-suite", help="the benchmark protocols", description="The benchmark protocols.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(p))
     a = actions.add_parser("list", help="every suite: version, tasks, splits, episodes")
-    a.set_defaults(handler=run_bench_suite_list)
+    a.set_defaults(handler=cmd_bench_suite_list)
     a = actions.add_parser("show", help="one protocol in full: tasks, horizons, splits, seeds, success, chunks")
     a.add_argument("name", help="suite name (see `vlagym bench-suite list`)")
     a.add_argument("--json", action="store_true", help="print the protocol as JSON")
-    a.set_defaults(handler=run_bench_suite_show)
+    a.set_defaults(handler=cmd_bench_suite_show)

@@ -9,9 +9,9 @@ from vlagym.cli.options import option_values
 from vlagym.perf.config import BenchConfig, BenchError
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     from vlagym.perf import results, table
-    from vlagym.perf.run import run_bench as run
+    from vlagym.perf.run import run_bench
 
     if args.compare:
         if option_values(args, BenchConfig):
@@ -25,7 +25,7 @@ def run_bench(args: argparse.Namespace) -> int:
     def show(section: table.Table) -> None:
         print(table.format_table(section), end="\n\n", flush=True)
 
-    doc = run(cfg, on_section=show)
+    doc = run_bench(cfg, on_section=show)
     print(f"measured on: {results.format_header(doc)}; {doc['wall_s']:.0f} s in all")
     if cfg.out:
         print(f"results: {cfg.out} (compare two runs: vlagym bench --compare OLD.json NEW.json)")
@@ -36,7 +36,7 @@ def compare(old_path: str, new_path: str) -> int:
     from vlagym.perf import results
 
     try:
-        old, new = results.read_run(old_path), results.read_run(new_path)
+        old, new = results.read_bench_run(old_path), results.read_bench_run(new_path)
     except BenchError as e:
         raise UserError(str(e)) from e
     print(f"old: {old_path} ({old['created']}); new: {new_path} ({new['created']})\n")
@@ -53,4 +53,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(p, BenchConfig)
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two saved `vlagym bench` JSON files")
-    p.set_defaults(handler=run_bench)
+    p.set_defaults(handler=cmd_bench)

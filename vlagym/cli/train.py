@@ -42,7 +42,7 @@ def bc_config(args: argparse.Namespace) -> BCConfig:
     return build(BCConfig, values)
 
 
-def run_train_bc(args: argparse.Namespace) -> int:
+def cmd_train_bc(args: argparse.Namespace) -> int:
     from vlagym.eval.evaluate import checkpoint_success_rate
     from vlagym.train.bc import train_bc
 
@@ -80,17 +80,18 @@ def rl_config(args: argparse.Namespace) -> RLConfig:
     return _with_task(RLConfig, args)
 
 
-def _report(result: dict[str, Any], out: Path, config_name: str, curve_name: str) -> None:
+def _report(result: dict[str, Any], out: Path) -> None:
+    from vlagym.train.run_files import CURVE_NAME, EVAL_DIR, RL_CONFIG_NAME, TB_DIR
+
     if result["success_rate"] is not None:
         print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
-        print(f"learning curve: {out / 'eval' / curve_name}")
+        print(f"learning curve: {out / EVAL_DIR / CURVE_NAME}")
     print(f"checkpoint: {result['checkpoint']}")
-    print(f"config: {out / config_name}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
+    print(f"config: {out / RL_CONFIG_NAME}; logs: {out / TB_DIR} (tensorboard --logdir {out / TB_DIR})")
 
 
-def run_train_fbc(args: argparse.Namespace) -> int:
+def cmd_train_fbc(args: argparse.Namespace) -> int:
     from vlagym.rl.fbc import train_filtered_bc
-    from vlagym.rl.fbc.config import CONFIG_NAME, CURVE_NAME
 
     cfg = fbc_config(args)
     try:
@@ -100,12 +101,12 @@ def run_train_fbc(args: argparse.Namespace) -> int:
             raise
         raise UserError(str(e)) from e
     print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps")
-    _report(result, Path(cfg.out), CONFIG_NAME, CURVE_NAME)
+    _report(result, Path(cfg.out))
     return EXIT_OK
 
 
-def run_train_rl(args: argparse.Namespace) -> int:
-    from vlagym.rl.ppo import CONFIG_NAME, CURVE_NAME, train_rl
+def cmd_train_rl(args: argparse.Namespace) -> int:
+    from vlagym.rl.ppo import train_rl
 
     cfg = rl_config(args)
     try:
@@ -115,7 +116,7 @@ def run_train_rl(args: argparse.Namespace) -> int:
             raise
         raise UserError(str(e)) from e
     print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
-    _report(result, Path(cfg.out), CONFIG_NAME, CURVE_NAME)
+    _report(result, Path(cfg.out))
     return EXIT_OK
 
 
@@ -133,11 +134,11 @@ def forward_deprecated(argv: Sequence[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- quickstart
-def run_quickstart(args: argparse.Namespace) -> int:
+def cmd_quickstart(args: argparse.Namespace) -> int:
     from vlagym.eval.evaluate import format_results
-    from vlagym.eval.quickstart import run_quickstart as run
+    from vlagym.eval.quickstart import run_quickstart
 
-    summary = run(config_from_args(QuickstartConfig, args))
+    summary = run_quickstart(config_from_args(QuickstartConfig, args))
     t = summary["timings_s"]
     evals = list(summary["results"])
     for name in evals:
@@ -162,7 +163,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "on fresh seeds with the train and the held-out instruction wordings. No arguments needed.",
     )
     add_options(p, QuickstartConfig)
-    p.set_defaults(handler=run_quickstart, config=lambda args: config_from_args(QuickstartConfig, args))
+    p.set_defaults(handler=cmd_quickstart, config=lambda args: config_from_args(QuickstartConfig, args))
     p = sub.add_parser(
         "train-bc",
         help="behaviour cloning of the VLA on demo files",
@@ -170,7 +171,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "under torchrun every rank runs it (DDP). Policy options default to the demos' image size and cameras.",
     )
     add_options(p, BCConfig)
-    p.set_defaults(handler=run_train_bc, config=bc_config)
+    p.set_defaults(handler=cmd_train_bc, config=bc_config)
     p = sub.add_parser(
         "train-fbc",
         help="post-train a BC checkpoint by success-filtered BC",
@@ -178,7 +179,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seeds, keeps its successes (optionally relabelled) and trains on them mixed with its demos.",
     )
     add_options(p, FilteredBCConfig)
-    p.set_defaults(handler=run_train_fbc, config=fbc_config)
+    p.set_defaults(handler=cmd_train_fbc, config=fbc_config)
     p = sub.add_parser(
         "train-rl",
         help="PPO post-training of a BC checkpoint, or PPO/SAC from scratch",
@@ -186,4 +187,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         "baselines from scratch on state observations (--from-scratch --algo ppo|sac).",
     )
     add_options(p, RLConfig, aliases={"total_timesteps": ["--timesteps"]})
-    p.set_defaults(handler=run_train_rl, config=rl_config)
+    p.set_defaults(handler=cmd_train_rl, config=rl_config)

@@ -22,11 +22,11 @@ from typing import Any
 
 import vlagym
 from vlagym.config import Config
+from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.eval.layout import CHECKPOINT_FILES
 from vlagym.eval.stats import ALPHA, PairingError
 
 EXPERT = "expert"
-VECTORIZATION_MODES = ("sync", "async")
 #: the per-episode outcomes a bundle records and `compare` can pair
 METRICS = ("success", "success_at_end")
 SEQUENTIAL_MIN_EPISODES = 20

@@ -98,7 +98,7 @@ def training_point(folder: Path) -> dict[str, Any]:
         "env_steps": None,
         "train_minutes": None,
     }
-    from vlagym.train.run import STATE_NAME  # here: it loads torch, which reading the curve back does not need
+    from vlagym.train.run_files import STATE_NAME  # here: it loads torch, which reading the curve back does not need
 
     state_path = folder / STATE_NAME
     if state_path.is_file():

@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from vlagym.config import Config
+from vlagym.envs.constants import CAMERAS, INSTRUCTION_SPLITS
 from vlagym.io import atomic_write_json, temp_path
 
 logger = logging.getLogger(__name__)
-
-CAMERAS = ("front", "wrist", "side")  # as vlagym.envs.base.CAMERAS (a test keeps them equal)
-INSTRUCTION_SPLITS = ("train", "heldout")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 
 from vlagym.io import atomic_write_json
 from vlagym.policies.config import VLAConfig
+from vlagym.train.run_files import TB_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     from vlagym.policies.config import VLAConfig
     from vlagym.train.bc import BCConfig, train_bc
     from vlagym.train.demos import DemoConfig, collect_demos
-    from vlagym.train.run import latest_checkpoint
+    from vlagym.train.run_files import latest_checkpoint
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "out": str(out),
         "demos": {"path": str(demo_path), "demos": demos.demos, "steps": demos.steps, "failures": demos.failures},
         "checkpoint": str(checkpoint),
-        "tensorboard": str(bc_out / "tb"),
+        "tensorboard": str(bc_out / TB_DIR),
         "results": results,
         "labels": labels,
         "timings_s": timings,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from vlagym.eval.diagnostics import CONTROLS, OUTCOMES, heatmap_png, success_matrix
+from vlagym.eval.layout import BUNDLE_FORMAT
 from vlagym.io import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ logger = logging.getLogger(__name__)
 REPORT_HTML = "report.html"
 MAX_VIDEO_BYTES = 4 * 2**20
 MAX_TOTAL_VIDEO_BYTES = 40 * 2**20
-BUNDLE_FORMAT = "vlagym-results-bundle"
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em; color: #222; }

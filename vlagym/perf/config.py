@@ -6,10 +6,10 @@ built from this module alone; the sections import what they measure when they ru
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from vlagym.config import Config
 
 SECTIONS = ("env", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc")
 DEVICES = ("cpu", "cuda")
@@ -117,7 +117,7 @@ def single_tasks() -> list[str]:
 
 
 @dataclass
-class BenchConfig:
+class BenchConfig(Config):
     """Options of `run_bench` (and `vlagym bench`); saved in the output JSON."""
 
     sections: list[str] = field(default_factory=lambda: list(SECTIONS))
@@ -185,6 +185,3 @@ class BenchConfig:
         if self.tasks:
             return list(self.tasks)
         return [MAIN_TASK] if self.quick else single_tasks()
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

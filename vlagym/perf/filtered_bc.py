@@ -12,6 +12,7 @@ from vlagym.perf.table import Table
 from vlagym.perf.timing import interleaved, passes_note, summarise, transpose
 from vlagym.perf.training import read_scalars
 from vlagym.perf.work import Work
+from vlagym.train.run_files import TB_DIR
 
 
 def fbc_rates(tb: Path) -> dict[str, float]:
@@ -56,7 +57,7 @@ def bench_filtered_bc(cfg: BenchConfig, work: Work) -> Table:
             progress=False,
         )
         train_filtered_bc(fbc)
-        return fbc_rates(Path(fbc.out) / "tb")
+        return fbc_rates(Path(fbc.out) / TB_DIR)
 
     runs = {"batches drawn inline": False, "batches prefetched (default)": True}
     samples = interleaved(

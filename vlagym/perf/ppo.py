@@ -16,6 +16,7 @@ from vlagym.perf.table import Table
 from vlagym.perf.timing import interleaved, passes_note, summarise, transpose
 from vlagym.perf.training import read_scalars
 from vlagym.perf.work import Work
+from vlagym.train.run_files import TB_DIR
 
 
 def ppo_rates(tb: Path) -> dict[str, float]:
@@ -67,7 +68,7 @@ def bench_ppo(cfg: BenchConfig, work: Work) -> Table:
 
     def one_run(make: Callable[[str], Any]) -> dict[str, float]:
         rl = make(str(work.new_folder("ppo")))
-        return {"env_steps": train_rl(rl)["env_steps"], **ppo_rates(Path(rl.out) / "tb")}
+        return {"env_steps": train_rl(rl)["env_steps"], **ppo_rates(Path(rl.out) / TB_DIR)}
 
     samples = interleaved({label: functools.partial(one_run, make) for label, make in runs.items()}, cfg.repeats, "ppo")
     rows = []

@@ -1,6 +1,6 @@
 """A saved run as a JSON document: its format, reading it back, printing it, and comparing two runs row by row.
 
-`compare_runs` pairs the rows of two documents on their section and key columns and gives new / old per
+`compare_bench_runs` pairs the rows of two documents on their section and key columns and gives new / old per
 metric, with a `speedup` oriented so that above 1 is faster, and each run's spread over its passes: a speedup
 within the spread is noise.
 """
@@ -39,7 +39,7 @@ def format_run(doc: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def read_run(path: str | os.PathLike) -> dict[str, Any]:
+def read_bench_run(path: str | os.PathLike) -> dict[str, Any]:
     """A `run_bench` JSON document; `BenchError` for a missing file or anything else."""
     path = Path(path)
     try:
@@ -76,7 +76,7 @@ def spread(row: dict[str, Any], metric: str) -> float | None:
     return (max(values) - min(values)) / median if median else None
 
 
-def compare_runs(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def compare_bench_runs(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows present in both runs, paired by section and key columns: every numeric metric's old, new,
     new / old, `speedup` (new / old for rates, old / new for times, None for other numbers), and each run's
     `spread` over its passes (None where it has one pass, or was saved without them)."""
@@ -160,7 +160,7 @@ def format_comparison(old: dict[str, Any], new: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.0%}"
 
-    for r in compare_runs(old, new):
+    for r in compare_bench_runs(old, new):
         speedup = "" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         old_cell, new_cell = format_cell(float(r["old"])), format_cell(float(r["new"]))
         lines.append(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vlagym.perf.config import TINY_POLICY, BenchConfig
+from vlagym.train.run_files import TB_DIR
 
 
 def policy_config(cfg: BenchConfig, head: str) -> Any:
@@ -59,7 +60,7 @@ def bc_pass(cfg: BenchConfig, demos: Path, out: Path) -> tuple[dict[str, float],
     start = time.perf_counter()
     result = train_bc(bc)
     wall = time.perf_counter() - start
-    points = read_scalars(out / "tb")["train/samples_per_s"]
+    points = read_scalars(out / TB_DIR)["train/samples_per_s"]
     metrics = {
         "params": sum(p.numel() for p in result["policy"].parameters()),
         "samples_per_s": steady_rate(points, b.batch_size),

@@ -27,10 +27,10 @@ from gymnasium import spaces
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper
 
+from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.wrappers.chunking import ActionChunking
 from vlagym.wrappers.language import LanguageTokens, Tokenizer
 
-VECTORIZATION_MODES = ("sync", "async")
 IMAGE_PREFIX = "image_"
 
 

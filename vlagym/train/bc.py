@@ -45,12 +45,7 @@ from vlagym.train.augment import ImageAugment
 from vlagym.train.configs import BCConfig
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.run import (
-    STATE_NAME,
-    TB_DIR,
-    checkpoint_dir,
-    commit_checkpoint,
     ema_update,
-    latest_checkpoint,
     load_state,
     param_groups,
     preserved_rng,
@@ -59,12 +54,18 @@ from vlagym.train.run import (
     seed_everything,
     set_rng_state,
 )
+from vlagym.train.run_files import (
+    BC_CONFIG_NAME,
+    STATE_NAME,
+    TB_DIR,
+    checkpoint_dir,
+    commit_checkpoint,
+    latest_checkpoint,
+)
 from vlagym.train.sampler import ShardSampler
 from vlagym.train.stats import compute_stats, load_or_compute_stats
 
 logger = logging.getLogger(__name__)
-
-CONFIG_NAME = "bc_config.json"
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -198,7 +199,7 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
         torch.backends.cudnn.allow_tf32 = cfg.tf32
     if rank == 0:
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(cfg.out) / CONFIG_NAME, cfg.to_dict())
+        atomic_write_json(Path(cfg.out) / BC_CONFIG_NAME, cfg.to_dict())
     seed_everything(cfg.seed)  # the same initial weights on every rank (the EMA copy too)
     env_id, env_kwargs = demo_env(cfg.dataset[0])
     dataset, sampler, batches_per_epoch = _data(cfg, rank, world)

@@ -16,11 +16,11 @@ from typing import Any
 import vlagym
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
+from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.policies.config import VLAConfig
 from vlagym.train import layout
 
 COMPRESSIONS = ("gzip", "lzf", "none")
-VECTORIZATION_MODES = ("sync", "async")
 DEVICES = ("auto", "cpu", "cuda")
 CONFIG_SUFFIX = ".config.json"  # the config beside a demo file: FILE.hdf5.config.json
 # Set by DemoConfig's own fields; env_kwargs may not repeat them.

@@ -109,7 +109,7 @@ def _write_episode(data: h5py.Group, k: int, e: RolloutEpisode, weight: float | 
         attrs[CLOSE_DISTANCE_ATTR] = float(e.close_distance)
 
 
-def read_weights(path: str | os.PathLike) -> np.ndarray:
+def read_sample_weights(path: str | os.PathLike) -> np.ndarray:
     """The per-episode weights of a rollout file, in its demos' order (1 where none is stored)."""
     with h5py.File(path, "r") as f:
         data = f["data"]

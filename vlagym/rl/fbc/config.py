@@ -19,10 +19,7 @@ from vlagym.rl.common import check_task_and_env_kwargs
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "rl_config.json"
 ROLLOUTS_DIR = "rollouts"
-EVAL_DIR = "eval"
-CURVE_NAME = "curve.json"
 Weighting = Literal["episode", "state"]
 LrSchedule = Literal["constant", "cosine"]
 Vectorization = Literal["sync", "async"]

@@ -12,11 +12,11 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
 from vlagym.io import atomic_write_json
-from vlagym.rl.fbc.config import CONFIG_NAME, FilteredBCConfig
+from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.fbc.metrics import log_round
 from vlagym.rl.fbc.phases import collect, evaluate, relabel, update
-from vlagym.rl.fbc.session import Run, open_run, save_checkpoint
-from vlagym.train.run import TB_DIR
+from vlagym.rl.fbc.session import Run, checkpoint_round, open_run
+from vlagym.train.run_files import RL_CONFIG_NAME, TB_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def train_filtered_bc(cfg: FilteredBCConfig) -> dict[str, Any]:
     last one's folder, or None), "success_rate" (of the last evaluation, or None), "curve" (every evaluation)}."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
+    atomic_write_json(out / RL_CONFIG_NAME, cfg.to_dict())
     threads = torch.get_num_threads()
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
@@ -55,7 +55,7 @@ def _rounds(run: Run) -> dict[str, Any]:
             round_s = time.perf_counter() - t0
             progress.train_s += round_s
             progress.round += 1
-            checkpoint = save_checkpoint(run)
+            checkpoint = checkpoint_round(run)
             done = progress.round >= cfg.rounds or out_of_time(cfg, progress.train_s, round_s)
             due = cfg.eval_every > 0 and (done or progress.round % cfg.eval_every == 0)
             evaluated = evaluate(run, checkpoint) if due else None

@@ -25,18 +25,19 @@ from vlagym.rl.fbc.buffer import (
     Mixture,
     Prefetch,
     demo_dataset,
-    read_weights,
+    read_sample_weights,
     rollout_path,
     success_weights,
     write_rollouts,
 )
 from vlagym.rl.fbc.collect import Collection, collect_round, round_seeds
-from vlagym.rl.fbc.config import CURVE_NAME, EVAL_DIR, FilteredBCConfig
+from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.fbc.episodes import RolloutEpisode, gripper_reopens, near_closes, without_reopens
 from vlagym.rl.fbc.session import Run
 from vlagym.train.bc import lr_factor
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.run import preserved_rng
+from vlagym.train.run_files import CURVE_NAME, EVAL_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def _sample_weights(cfg: FilteredBCConfig, paths: list[str], buffer: DemoDataset
     """One weight per success sample, its episode's; None for uniform draws ("episode" weighting, no discount)."""
     if buffer is None or (cfg.weighting == "episode" and cfg.gamma == 1.0):
         return None
-    return np.repeat(np.concatenate([read_weights(p) for p in paths]), buffer.episode_lengths)
+    return np.repeat(np.concatenate([read_sample_weights(p) for p in paths]), buffer.episode_lengths)
 
 
 def lr_at(cfg: FilteredBCConfig, update: int) -> float:

@@ -1,5 +1,5 @@
 """What the phases of a run share (`Run`): the policy and its optimiser, the demos, the collection envs and the
-counters; how a run starts or resumes (`open_run`) and how a round is checkpointed (`save_checkpoint`).
+counters; how a run starts or resumes (`open_run`) and how a round is checkpointed (`checkpoint_round`).
 
 A checkpoint ``OUT/checkpoints/step_<updates>/`` is a VLA checkpoint `vlagym eval` loads, plus the training
 state exact resume needs: weights, optimiser, counters and the global random streams. The rounds' seeds are
@@ -24,19 +24,16 @@ from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc.buffer import demo_dataset
 from vlagym.rl.fbc.collect import NoisyVLA, make_collection_envs
-from vlagym.rl.fbc.config import CURVE_NAME, EVAL_DIR, ROLLOUTS_DIR, FilteredBCConfig
+from vlagym.rl.fbc.config import ROLLOUTS_DIR, FilteredBCConfig
 from vlagym.train.dataset import DemoDataset
-from vlagym.train.run import (
+from vlagym.train.run import load_state, param_groups, resolve_device, rng_state, seed_everything, set_rng_state
+from vlagym.train.run_files import (
+    CURVE_NAME,
+    EVAL_DIR,
     STATE_NAME,
     checkpoint_dir,
     commit_checkpoint,
     latest_checkpoint,
-    load_state,
-    param_groups,
-    resolve_device,
-    rng_state,
-    seed_everything,
-    set_rng_state,
 )
 
 logger = logging.getLogger(__name__)
@@ -146,7 +143,7 @@ def _resume(
     return progress
 
 
-def save_checkpoint(run: Run) -> Path:
+def checkpoint_round(run: Run) -> Path:
     """``OUT/checkpoints/step_<updates>``: the policy as a VLA checkpoint and the training state; committed
     atomically (`vlagym.train.run.commit_checkpoint`)."""
     progress = run.progress

@@ -36,7 +36,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vlagym.rl.ppo.config import CONFIG_NAME, RLConfig, check_task_and_env_kwargs
+from vlagym.rl.ppo.config import RLConfig, check_task_and_env_kwargs
 
 # name -> the submodule that defines it, imported on first access (PEP 562)
 _LAZY = {
@@ -50,7 +50,6 @@ _LAZY = {
     "restart_seed": "checkpoints",
     "resume_run": "checkpoints",
     "write_checkpoint": "checkpoints",
-    "CURVE_NAME": "evaluation",
     "SB3ChunkPolicy": "evaluation",
     "evaluate_run": "evaluation",
     "read_curve": "evaluation",
@@ -70,4 +69,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["CONFIG_NAME", "RLConfig", "check_task_and_env_kwargs", *_LAZY]
+__all__ = ["RLConfig", "check_task_and_env_kwargs", *_LAZY]

@@ -32,7 +32,8 @@ from vlagym.rl.envs import make_rl_env, make_vec_env
 from vlagym.rl.ppo.config import RLConfig
 from vlagym.rl.ppo.vla_ppo import VLAPPO
 from vlagym.rl.sb3_policy import META_KEYS, VLAActorCriticPolicy
-from vlagym.train.run import TB_DIR, seed_everything
+from vlagym.train.run import seed_everything
+from vlagym.train.run_files import TB_DIR
 
 
 @dataclass

@@ -26,7 +26,8 @@ from stable_baselines3 import SAC
 from vlagym.rl.ppo.build import Progress, Run
 from vlagym.rl.ppo.config import RLConfig
 from vlagym.rl.ppo.evaluation import read_curve
-from vlagym.train.run import STATE_NAME, commit_checkpoint, load_state, rng_state, set_rng_state
+from vlagym.train.run import load_state, rng_state, set_rng_state
+from vlagym.train.run_files import STATE_NAME, commit_checkpoint
 
 logger = logging.getLogger(__name__)
 

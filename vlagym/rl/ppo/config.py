@@ -7,18 +7,16 @@ modules inside ``__post_init__``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import vlagym
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
+from vlagym.rl.common import check_task_and_env_kwargs
 from vlagym.train.configs import DEVICES
 
 ALGOS = ("ppo", "sac")
 REWARDS = ("sparse", "dense")
-CONFIG_NAME = "rl_config.json"  # the config in the run folder
 RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "max_episode_steps", "render_mode")
 # Defaults that depend on the kind of run: "post" (post-training the VLA), "ppo"/"sac" (from scratch). The
 # post-training ones are the run measured stable on VLA-PickCup-v0 (issue 6): with lr 3e-5 and no KL limit each
@@ -29,24 +27,6 @@ DEFAULT_N_STEPS = {"post": 64, "ppo": 32, "sac": 32}
 DEFAULT_TARGET_KL = {"post": 0.03, "ppo": None, "sac": None}
 POST_TRAINING_DEFAULTS = {"bc_coef": 0.1, "critic_warmup_steps": 4096}
 SCRATCH_NEUTRAL = {"bc_coef": 0.0, "critic_warmup_steps": 0, "actor_layers": "all"}
-
-
-def check_task_and_env_kwargs(task: Any, env_kwargs: Any, reserved: tuple[str, ...], why: str) -> str:
-    """The registered task id (a "vlagym:" prefix dropped), after checking that `env_kwargs` is a JSON-serialisable
-    dict setting none of the `reserved` keys (`why` says why they are)."""
-    task = str(task).removeprefix("vlagym:")
-    if task not in vlagym.TASKS:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(vlagym.TASKS))}")
-    if not isinstance(env_kwargs, dict):
-        raise ValueError(f"env_kwargs must be a dict, got {env_kwargs!r}")
-    clash = sorted(set(env_kwargs) & set(reserved))
-    if clash:
-        raise ValueError(f"env_kwargs may not set {clash}: {why}")
-    try:
-        json.dumps(env_kwargs)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
-    return task
 
 
 # ---------------------------------------------------------------------------- config

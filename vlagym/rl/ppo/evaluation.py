@@ -20,13 +20,12 @@ import vlagym
 from vlagym.io import atomic_write_json, atomic_write_text
 from vlagym.rl.ppo.build import Progress, Run
 from vlagym.train.run import preserved_rng
-
-CURVE_NAME = "curve.json"
+from vlagym.train.run_files import CURVE_NAME, EVAL_DIR
 
 
 def read_curve(out: Path) -> list[dict[str, Any]]:
     """The run's success curve so far (empty before its first evaluation)."""
-    path = out / "eval" / CURVE_NAME
+    path = out / EVAL_DIR / CURVE_NAME
     return json.loads(path.read_text()) if path.is_file() else []
 
 
@@ -92,7 +91,7 @@ def evaluate_run(run: Run, checkpoint: Path, progress: Progress) -> dict[str, An
     from vlagym.eval.evaluate import EvalConfig, evaluate
 
     cfg, step = run.cfg, run.model.num_timesteps
-    out = run.out / "eval" / f"step_{step}"
+    out = run.out / EVAL_DIR / f"step_{step}"
     with preserved_rng():  # evaluation must not shift the training's random streams
         if run.vla_meta is not None:
             ecfg = EvalConfig(
@@ -116,5 +115,5 @@ def evaluate_run(run: Run, checkpoint: Path, progress: Progress) -> dict[str, An
         "checkpoint": str(checkpoint),
     }
     progress.curve = [c for c in progress.curve if c["timesteps"] != step] + [point]
-    atomic_write_json(run.out / "eval" / CURVE_NAME, progress.curve)
+    atomic_write_json(run.out / EVAL_DIR / CURVE_NAME, progress.curve)
     return point

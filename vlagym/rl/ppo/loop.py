@@ -18,9 +18,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from vlagym.io import atomic_write_json
 from vlagym.rl.ppo.build import Progress, Run, build_run
 from vlagym.rl.ppo.checkpoints import SB3_NAME, resume_run, write_checkpoint
-from vlagym.rl.ppo.config import CONFIG_NAME, RLConfig
+from vlagym.rl.ppo.config import RLConfig
 from vlagym.rl.ppo.evaluation import evaluate_run
-from vlagym.train.run import checkpoint_dir, latest_checkpoint
+from vlagym.train.run_files import RL_CONFIG_NAME, checkpoint_dir, latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def train_rl(cfg: RLConfig) -> dict[str, Any]:
     """Run RL as `cfg` says; returns {"timesteps", "env_steps", "checkpoint", "success_rate", "curve", "model"}."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
+    atomic_write_json(out / RL_CONFIG_NAME, cfg.to_dict())
     threads = torch.get_num_threads()
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
