@@ -16,6 +16,18 @@ from vlagym.rl.ppo.config import RLConfig
 from vlagym.train.configs import BCConfig
 
 DEPRECATED_ALGO = "filtered-bc"  # `train-rl --algo filtered-bc` became `train-fbc` (kept for one release)
+# Filtered-BC options removed because they measured no gain: a script that still passes one is told why.
+RETIRED_FBC_FLAGS = (
+    "--preference-weight", "--preference-beta", "--preference-pairs", "--preference-chunks", "--preference-rounds",
+    "--hindsight-make-room", "--retry-noise-std", "--retry-noise-hold", "--buffer-rounds", "--ema",
+    "--max-episode-steps", "--collect-env-kwargs", "--advantage-beta", "--advantage-max-weight", "--critic-rounds",
+    "--critic-updates",
+)  # fmt: skip
+
+
+class _Retired(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001 - argparse's signature
+        parser.error(f"{option_string} was retired: it measured no gain (docs/post-training.md, 'Retired options')")
 
 
 # ---------------------------------------------------------------------------- train-bc
@@ -179,6 +191,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seeds, keeps its successes (optionally relabelled) and trains on them mixed with its demos.",
     )
     add_options(p, FilteredBCConfig)
+    for retired in RETIRED_FBC_FLAGS:
+        p.add_argument(retired, nargs="*", action=_Retired, help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_train_fbc, config=fbc_config)
     p = sub.add_parser(
         "train-rl",
