@@ -56,3 +56,21 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err.decode()
     assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
+
+
+def test_help_of_every_command_loads_neither_torch_nor_mujoco():
+    """`vlagym --help` and `vlagym X --help` build the parser from the config modules alone (fast)."""
+    code = """
+import contextlib, io, sys
+from vlagym.cli import build_parser
+parser = build_parser()
+commands = next(a for a in parser._actions if a.dest == "command").choices
+for argv in [["--help"], *([name, "--help"] for name in commands)]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        parser.parse_args(argv)
+print(len(commands), sorted(m for m in ("torch", "mujoco", "h5py", "stable_baselines3") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(
+        maxsplit=1
+    )
+    assert int(out[0]) >= 15 and out[1].strip() == "[]", out

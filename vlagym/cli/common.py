@@ -33,17 +33,18 @@ def check_task(task: str) -> str:
     return env_id
 
 
-def build(cls: type[T], values: dict[str, Any]) -> T:
-    """``cls(**values)``; a value the config rejects (its `__post_init__` raises) becomes a `UserError`."""
+def build(cls: type[T], values: dict[str, Any], positional: tuple[str, ...] = ()) -> T:
+    """``cls(**values)``; a value the config rejects (its `__post_init__` raises) becomes a `UserError` that names
+    the flag (or, for the fields in `positional`, the argument) at fault."""
     try:
         return cls.from_dict(values) if hasattr(cls, "from_dict") else cls(**values)  # type: ignore[attr-defined]
     except (ValueError, TypeError) as e:
-        raise UserError(_flag_names(str(e), values)) from e
+        raise UserError(_flag_names(str(e), {k: v for k, v in values.items() if k not in positional})) from e
 
 
-def config_from_args(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
-    """The config of the options the user gave (the config's defaults for the rest), plus `fixed` values."""
-    return build(cls, {**option_values(args, cls), **fixed})
+def config_from_args(cls: type[T], args: argparse.Namespace, positional: tuple[str, ...] = ()) -> T:
+    """The config of the options the user gave (the config's defaults for the rest)."""
+    return build(cls, option_values(args, cls), positional)
 
 
 def given(args: argparse.Namespace, cls: type, only: tuple[str, ...] | None = None) -> list[str]:

@@ -45,7 +45,7 @@ def cmd_video(args: argparse.Namespace) -> int:
     from vlagym.eval.expert_video import record_expert_video
 
     check_task(args.task)
-    cfg = config_from_args(VideoConfig, args)
+    cfg = config_from_args(VideoConfig, args, positional=("task",))
     try:
         record = record_expert_video(cfg)
     except OSError as e:

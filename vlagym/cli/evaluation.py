@@ -83,7 +83,7 @@ def curve_config(args: argparse.Namespace) -> CurveConfig:
     values = option_values(args, CurveConfig)
     if values.get("start") is not None and values.get("include_start") is False:
         raise UserError("give --start or --no-start, not both")
-    return build(CurveConfig, values)
+    return build(CurveConfig, values, positional=("run",))
 
 
 def cmd_curve(args: argparse.Namespace) -> int:
@@ -128,7 +128,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from vlagym.eval.stats import PairingError
 
     try:
-        cfg = build(CompareConfig, option_values(args, CompareConfig))
+        cfg = build(CompareConfig, option_values(args, CompareConfig), positional=("a", "b"))
         comparison = compare_runs(cfg)
     except PairingError as e:
         raise UserError(str(e)) from e
@@ -141,7 +141,7 @@ def cmd_replicates(args: argparse.Namespace) -> int:
     from vlagym.eval.stats import PairingError
 
     try:
-        cfg = build(ReplicatesConfig, option_values(args, ReplicatesConfig))
+        cfg = build(ReplicatesConfig, option_values(args, ReplicatesConfig), positional=("baseline", "runs"))
         replicates = replicate_runs(cfg)
     except PairingError as e:
         raise UserError(str(e)) from e
