@@ -1,0 +1,142 @@
+"""`PoolVectorEnv`: sub-env i behaves as sub-env i of a `SyncVectorEnv`, whatever the workers; failures are clear."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vlagym  # noqa: F401 - registers the tasks
+from vlagym.envs.pool import PoolVectorEnv, make_pool
+
+TASK = "VLA-PickCup-v0"
+RGB = {"obs_mode": "rgb", "image_size": 32, "max_episode_steps": 12}  # short episodes: autoresets happen
+
+
+def _fns(n: int, **kwargs):
+    return [functools.partial(gym.make, TASK, **{**RGB, **kwargs})] * n
+
+
+def _assert_same(a, b):
+    """Observations, rewards, flags or infos equal to the bit (dicts and tuples of text included)."""
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b)
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif isinstance(a, np.ndarray) and a.dtype == object:
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    else:
+        assert a == b
+
+
+def _rollout(envs, steps: int, seed: int = 5):
+    rng = np.random.default_rng(0)
+    out = [envs.reset(seed=seed)]
+    for _ in range(steps):
+        out.append(envs.step(rng.uniform(-1, 1, (envs.num_envs, 7)).astype(np.float32)))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("n", "workers", "main_steps", "mode"),
+    [
+        (3, 1, False, AutoresetMode.NEXT_STEP),
+        (3, 2, False, AutoresetMode.NEXT_STEP),
+        (4, 3, True, AutoresetMode.NEXT_STEP),
+        (3, 2, False, AutoresetMode.SAME_STEP),
+    ],
+)
+def test_identical_to_the_sync_vector_env(n, workers, main_steps, mode):
+    sync = SyncVectorEnv(_fns(n), autoreset_mode=mode)
+    pool = PoolVectorEnv(_fns(n), workers, autoreset_mode=mode, main_steps=main_steps)
+    try:
+        assert pool.observation_space == sync.observation_space and pool.action_space == sync.action_space
+        assert pool.metadata["autoreset_mode"] == mode and pool.num_envs == n
+        for expected, got in zip(_rollout(sync, 30), _rollout(pool, 30), strict=True):
+            for x, y in zip(expected, got, strict=True):
+                _assert_same(x, y)
+    finally:
+        pool.close()
+        sync.close()
+
+
+def test_partial_resets_with_autoreset_disabled():
+    """The rollout code's pattern: autoreset off, finished sub-envs reset by mask with their own seeds."""
+    mode = AutoresetMode.DISABLED
+    sync = SyncVectorEnv(_fns(4), autoreset_mode=mode)
+    pool = PoolVectorEnv(_fns(4), 2, autoreset_mode=mode)
+    try:
+        for envs in (sync, pool):
+            envs.reset(seed=[10, 11, 12, 13])
+        actions = np.zeros((4, 7), np.float32)
+        for step in range(15):
+            a, b = sync.step(actions), pool.step(actions)
+            for x, y in zip(a, b, strict=True):
+                _assert_same(x, y)
+            done = a[2] | a[3]
+            if step == 5:  # a reset that leaves one worker out entirely
+                done = np.array([True, False, False, False])
+            if done.any():
+                seeds = [100 + step + i for i in range(4)]
+                options = {"reset_mask": done}
+                expected = sync.reset(seed=seeds, options=dict(options))
+                for x, y in zip(expected, pool.reset(seed=seeds, options=options), strict=True):
+                    _assert_same(x, y)
+    finally:
+        pool.close()
+        sync.close()
+
+
+def test_make_pool_and_attribute_access():
+    pool = make_pool(TASK, num_envs=3, num_workers=2, obs_mode="state")
+    try:
+        assert pool.observation_space.shape[0] == 3
+        assert pool.get_attr("spec")[0].id == TASK
+        pool.reset(seed=0)
+        assert pool.call("get_wrapper_attr", "instruction") == tuple(pool.call("get_wrapper_attr", "instruction"))
+        assert len(pool.call("get_wrapper_attr", "instruction")) == 3
+    finally:
+        pool.close()
+
+
+def test_an_env_error_reaches_the_caller_as_itself():
+    pool = make_pool(TASK, num_envs=2, num_workers=2, obs_mode="state")
+    try:
+        pool.reset(seed=0)
+        actions = np.zeros((2, 7), np.float32)
+        actions[1, 2] = np.nan
+        with pytest.raises(ValueError, match="non-finite entries"):
+            pool.step(actions)
+        with pytest.raises(ValueError, match="shape"):
+            pool.step(np.zeros((3, 7), np.float32))
+    finally:
+        pool.close()
+
+
+def test_a_dead_worker_is_a_clear_error_and_close_does_not_hang():
+    pool = make_pool(TASK, num_envs=4, num_workers=2, obs_mode="state")
+    pool.reset(seed=0)
+    os.kill(pool._processes[1].pid, signal.SIGKILL)
+    pool._processes[1].join(5)
+    with pytest.raises(RuntimeError, match=r"worker 1 \(sub-envs 2\.\.3\) died"):
+        pool.step(np.zeros((4, 7), np.float32))
+    start = time.monotonic()
+    pool.close()
+    assert time.monotonic() - start < 10 and not any(p.is_alive() for p in pool._processes)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="num_workers"):
+        PoolVectorEnv(_fns(2), num_workers=0)
+    with pytest.raises(ValueError, match="at least one"):
+        PoolVectorEnv([])
