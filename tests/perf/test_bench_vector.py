@@ -14,7 +14,7 @@ TASK = "VLA-PickCup-v0"
 def test_vector_section_interleaves_and_takes_ratios_within_a_pass(monkeypatch, tmp_path):
     # a fake machine whose speed drifts from pass to pass; interleaved, each pass sees one speed for every
     # configuration, so the per-pass ratios are exact and the median rate is the middle speed's
-    true = {("sync", 1): 100.0, ("async", 1): 80.0, ("sync", 2): 150.0, ("async", 2): 190.0}
+    true = {config: 100.0 + 10 * i for i, config in enumerate(vector_section.VECTOR_CONFIGS)}
     per_pass = len(true) * 2  # state and rgb
     speed = [1.0, 0.5, 3.0]
     calls: list[tuple[str, str, int]] = []

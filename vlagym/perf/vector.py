@@ -1,4 +1,6 @@
-"""The vector section: env steps/s of `gym.make_vec`, sync and async with 1 and 2 sub-envs, state and rgb."""
+"""The vector section: env steps/s of Gymnasium's sync and async vector envs and vlagym's `PoolVectorEnv`
+(one worker per CPU; ``pool-main``: the main process steps a slice too), at 2, 8 and 16 sub-envs, state and rgb,
+against one env stepped alone."""
 
 from __future__ import annotations
 
@@ -10,18 +12,23 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vlagym.envs.pool import make_pool
 from vlagym.perf.config import BenchConfig
 from vlagym.perf.table import Table
 from vlagym.perf.timing import interleaved, passes_note, ratios, summarise
 from vlagym.perf.work import Work
 
-VECTOR_CONFIGS = (("sync", 1), ("async", 1), ("sync", 2), ("async", 2))
+MODES = ("sync", "async", "pool", "pool-main")
+VECTOR_CONFIGS = (("sync", 1), *((mode, n) for n in (2, 8, 16) for mode in MODES))
 
 
 def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs: Any) -> float:
     """Env steps/s (all sub-envs together) of random actions after a warm-up (renderers, first contacts)."""
     warmup = min(10, steps // 2)
-    envs = gym.make_vec(task, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    if mode.startswith("pool"):
+        envs = make_pool(task, num_envs, os.cpu_count(), main_steps=mode == "pool-main", **kwargs)
+    else:
+        envs = gym.make_vec(task, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     try:
         rng = np.random.default_rng(0)
         actions = rng.uniform(-1, 1, (steps, num_envs, 7)).astype(np.float32)
@@ -46,7 +53,10 @@ def bench_vector(cfg: BenchConfig, work: Work) -> Table:
 
     rates = interleaved(
         {
-            label(obs, mode, n): functools.partial(vector_steps_per_s, task, mode, n, cfg.budget.vector_steps, **kw)
+            # about the same env steps for every configuration: `vector_steps` of them, in steps of n
+            label(obs, mode, n): functools.partial(
+                vector_steps_per_s, task, mode, n, max(4, cfg.budget.vector_steps // n), **kw
+            )
             for obs, kw in obs_modes.items()
             for mode, n in VECTOR_CONFIGS
         },
