@@ -14,7 +14,8 @@ TASK = "VLA-PickCup-v0"
 def test_vector_section_interleaves_and_takes_ratios_within_a_pass(monkeypatch, tmp_path):
     # a fake machine whose speed drifts from pass to pass; interleaved, each pass sees one speed for every
     # configuration, so the per-pass ratios are exact and the median rate is the middle speed's
-    true = {config: 100.0 + 10 * i for i, config in enumerate(vector_section.VECTOR_CONFIGS)}
+    configs = vector_section.vector_configs((2, 8, 16))
+    true = {config: 100.0 + 10 * i for i, config in enumerate(configs)}
     per_pass = len(true) * 2  # state and rgb
     speed = [1.0, 0.5, 3.0]
     calls: list[tuple[str, str, int]] = []
@@ -27,7 +28,7 @@ def test_vector_section_interleaves_and_takes_ratios_within_a_pass(monkeypatch, 
     cfg = BenchConfig(sections=["vector"], tasks=[TASK], out=None, repeats=3)
     table = vector_section.bench_vector(cfg, Work(cfg, tmp_path))
 
-    one_pass = [(obs, mode, n) for obs in ("state", "rgb") for mode, n in vector_section.VECTOR_CONFIGS]
+    one_pass = [(obs, mode, n) for obs in ("state", "rgb") for mode, n in configs]
     assert calls == one_pass * 3
     assert [(r["obs"], r["mode"], r["num_envs"]) for r in table.rows] == one_pass
     for row in table.rows:

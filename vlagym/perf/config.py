@@ -36,7 +36,10 @@ class Budget:
     render_images: int
     """camera images per render setting and pass"""
     vector_steps: int
-    """vector steps per vector-env configuration and pass (the first 10, or half, are warm-up)"""
+    """env steps per vector-env configuration and pass, in vector steps of the sub-envs (the first 10 vector
+    steps, or half, are warm-up)"""
+    vector_sizes: tuple[int, ...]
+    """the sub-env counts the vector section measures (beside one env alone)"""
     demo_episodes: int
     """synthetic demo file: episodes"""
     demo_steps: int
@@ -69,6 +72,7 @@ FULL = Budget(
     env_rounds=5,
     render_images=200,
     vector_steps=600,
+    vector_sizes=(2, 8, 16),
     demo_episodes=50,
     demo_steps=40,
     dataset_epochs=3,
@@ -88,6 +92,7 @@ QUICK = Budget(
     env_rounds=2,
     render_images=4,
     vector_steps=12,
+    vector_sizes=(2,),
     demo_episodes=3,
     demo_steps=12,
     dataset_epochs=1,

@@ -19,7 +19,11 @@ from vlagym.perf.timing import interleaved, passes_note, ratios, summarise
 from vlagym.perf.work import Work
 
 MODES = ("sync", "async", "pool", "pool-main")
-VECTOR_CONFIGS = (("sync", 1), *((mode, n) for n in (2, 8, 16) for mode in MODES))
+
+
+def vector_configs(sizes: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(mode, sub-envs) of the rows: one env alone (the baseline), then every mode at every size."""
+    return [("sync", 1), *((mode, n) for n in sizes for mode in MODES)]
 
 
 def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs: Any) -> float:
@@ -44,8 +48,9 @@ def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs
 
 
 def bench_vector(cfg: BenchConfig, work: Work) -> Table:
-    """The vector table: per observation mode, one row per `VECTOR_CONFIGS` entry, on the first task."""
+    """The vector table: per observation mode, one row per `vector_configs` entry, on the first task."""
     task = cfg.task_list[0]
+    configs = vector_configs(cfg.budget.vector_sizes)
     obs_modes = {"state": {"obs_mode": "state"}, "rgb": {"obs_mode": "rgb", "image_size": cfg.image_size}}
 
     def label(obs: str, mode: str, n: int) -> str:
@@ -58,15 +63,15 @@ def bench_vector(cfg: BenchConfig, work: Work) -> Table:
                 vector_steps_per_s, task, mode, n, max(4, cfg.budget.vector_steps // n), **kw
             )
             for obs, kw in obs_modes.items()
-            for mode, n in VECTOR_CONFIGS
+            for mode, n in configs
         },
         cfg.repeats,
         "vector",
     )
     rows = []
     for obs in obs_modes:
-        base = rates[label(obs, *VECTOR_CONFIGS[0])]
-        for mode, n in VECTOR_CONFIGS:
+        base = rates[label(obs, *configs[0])]
+        for mode, n in configs:
             r = rates[label(obs, mode, n)]
             rows.append(
                 {"obs": obs, "mode": mode, "num_envs": n, **summarise({"steps_per_s": r, "x_sync_1": ratios(r, base)})}
