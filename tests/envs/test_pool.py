@@ -140,3 +140,39 @@ def test_bad_arguments():
         PoolVectorEnv(_fns(2), num_workers=0)
     with pytest.raises(ValueError, match="at least one"):
         PoolVectorEnv([])
+
+
+def test_rollouts_and_demos_through_the_pool_equal_the_sync_ones(tmp_path):
+    """`vectorization="pool"` where vlagym makes vector envs: the same episodes and the same demo file."""
+    import h5py
+
+    from vlagym.eval.rollout import make_rollout_envs, run_episodes
+    from vlagym.train.demos import DemoConfig, collect_demos
+
+    def policy(obs):
+        return np.tanh(np.asarray(obs, np.float32)[:, :7])  # deterministic, state-dependent actions
+
+    records = {}
+    for mode in ("sync", "pool"):
+        envs = make_rollout_envs(TASK, 3, mode, obs_mode="state", max_episode_steps=15)
+        try:
+            records[mode] = run_episodes(envs, policy, [7, 8, 9, 10, 11], progress=False)
+        finally:
+            envs.close()
+    assert records["sync"] == records["pool"]
+
+    files = {}
+    for mode in ("sync", "pool"):
+        out = tmp_path / f"{mode}.hdf5"
+        collect_demos(
+            DemoConfig(
+                task=TASK, episodes=3, num_envs=2, out=str(out), image_size=32, vectorization=mode, progress=False
+            )
+        )
+        with h5py.File(out) as f:
+            files[mode] = {
+                name: np.asarray(f["data"][demo][name]) for demo in f["data"] for name in ("actions", "rewards")
+            } | {f"{demo}/front": np.asarray(f["data"][demo]["obs"]["front_rgb"]) for demo in f["data"]}
+    assert files["sync"].keys() == files["pool"].keys()
+    for key in files["sync"]:
+        assert np.array_equal(files["sync"][key], files["pool"][key]), key

@@ -7,4 +7,4 @@ REWARD_MODES = ("dense", "sparse")
 INSTRUCTION_SPLITS = ("train", "heldout")
 CAMERAS = ("front", "wrist", "side")
 RENDER_MODES = ("rgb_array", "human")
-VECTORIZATION_MODES = ("sync", "async")  # gymnasium.make_vec's vectorization_mode
+VECTORIZATION_MODES = ("sync", "async", "pool")  # gymnasium.make_vec's, and vlagym's PoolVectorEnv

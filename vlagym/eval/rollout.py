@@ -31,6 +31,7 @@ from gymnasium.vector import AutoresetMode
 from tqdm.auto import tqdm
 
 import vlagym
+from vlagym.envs.pool import make_vec
 from vlagym.eval.diagnostics import GRASP_KEYS, REACH_KEY, WRONG_KEYS, classify
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ class EpisodeRecord:
 def make_rollout_envs(
     env_id: str, num_envs: int, vectorization_mode: str = "sync", **env_kwargs
 ) -> gym.vector.VectorEnv:
-    """A vector env with autoreset disabled, as `run_episodes` needs."""
-    return gym.make_vec(
+    """A vector env with autoreset disabled, as `run_episodes` needs ("sync", "async" or "pool")."""
+    return make_vec(
         env_id,
         num_envs=num_envs,
         vectorization_mode=vectorization_mode,

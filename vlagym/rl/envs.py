@@ -27,11 +27,12 @@ from gymnasium import spaces
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper
 
-from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.wrappers.chunking import ActionChunking
 from vlagym.wrappers.language import LanguageTokens, Tokenizer
 
 IMAGE_PREFIX = "image_"
+
+VECTORIZATION_MODES = ("sync", "async")  # SB3's DummyVecEnv and SubprocVecEnv
 
 
 class NormalizedChunkAction(gym.ActionWrapper):

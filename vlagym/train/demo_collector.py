@@ -26,6 +26,7 @@ from gymnasium.vector import AutoresetMode
 
 import vlagym
 from vlagym.envs.multitask import MultiTaskEnv
+from vlagym.envs.pool import make_vec
 from vlagym.envs.robot import Robot
 from vlagym.train.configs import DemoConfig
 from vlagym.train.demo_writer import DemoEpisode, DemoJournal
@@ -214,7 +215,7 @@ def make_demo_envs(cfg: DemoConfig, num_envs: int) -> gym.vector.VectorEnv:
         # memory; without it a seeded reset would be followed by an unseeded one.
         vector_kwargs["shared_memory"] = True
         wrappers.append(functools.partial(ignore_sigint, main_pid=os.getpid()))
-    return gym.make_vec(
+    return make_vec(
         cfg.task,
         num_envs=num_envs,
         vectorization_mode=cfg.vectorization,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from vlagym.envs.pool import make_vec
 from vlagym.eval.adapters import episode_noise_generator
 from vlagym.eval.rollout import EpisodeRecord, run_episodes
 from vlagym.policies.vla import VLAPolicy
@@ -100,7 +101,7 @@ def make_collection_envs(cfg: FilteredBCConfig, env_kwargs: dict[str, Any]) -> g
     ]
     if cfg.vectorization == "async":
         wrappers.append(functools.partial(ignore_sigint, main_pid=os.getpid()))
-    return gym.make_vec(
+    return make_vec(
         cfg.task,
         num_envs=cfg.n_envs,
         vectorization_mode=cfg.vectorization,

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 ROLLOUTS_DIR = "rollouts"
 Weighting = Literal["episode", "state"]
 LrSchedule = Literal["constant", "cosine"]
-Vectorization = Literal["sync", "async"]
+Vectorization = Literal["sync", "async", "pool"]
 Device = Literal["auto", "cpu", "cuda"]
 # the policy's observations fix these env kwargs; the task's registered limit is the episodes' time limit
 RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras", "max_episode_steps")
@@ -97,7 +97,8 @@ class FilteredBCConfig(Config):
     n_envs: int = 4
     """parallel sub-envs of the collection"""
     vectorization: Vectorization = "sync"
-    """"sync" (one process) or "async" (one worker process per sub-env)"""
+    """"sync" (one process), "async" (one worker process per sub-env) or "pool" (a worker per CPU, each stepping
+    a slice of the sub-envs; `vlagym.envs.pool`)"""
     noise_std: float = 0.1
     """std of the Gaussian exploration noise on the executed arm actions, in normalised action units (never on
     the gripper); 0: none"""
