@@ -176,3 +176,37 @@ def test_rollouts_and_demos_through_the_pool_equal_the_sync_ones(tmp_path):
     assert files["sync"].keys() == files["pool"].keys()
     for key in files["sync"]:
         assert np.array_equal(files["sync"][key], files["pool"][key]), key
+
+
+def test_ctrl_c_ends_the_program_without_hanging(tmp_path):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does): the main process gets the
+    KeyboardInterrupt, the workers ignore it and are closed; nothing is left running."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import numpy as np, vlagym\n"
+        "from vlagym.envs.pool import make_pool\n"
+        f"envs = make_pool({TASK!r}, num_envs=4, num_workers=2, obs_mode='state')\n"
+        "envs.reset(seed=0)\n"
+        "print('stepping', flush=True)\n"
+        "try:\n"
+        "    while True:\n"
+        "        envs.step(np.zeros((4, 7), np.float32))\n"
+        "except KeyboardInterrupt:\n"
+        "    envs.close()\n"
+        "    print('closed', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "stepping"
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0 and "closed" in out, err
