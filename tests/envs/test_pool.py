@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing as mp
 import os
 import signal
 import time
@@ -103,8 +104,11 @@ def test_make_pool_and_attribute_access():
         assert pool.observation_space.shape[0] == 3
         assert pool.get_attr("spec")[0].id == TASK
         pool.reset(seed=0)
-        assert pool.call("get_wrapper_attr", "instruction") == tuple(pool.call("get_wrapper_attr", "instruction"))
-        assert len(pool.call("get_wrapper_attr", "instruction")) == 3
+        instructions = pool.call("get_wrapper_attr", "instruction")
+        sync = SyncVectorEnv([functools.partial(gym.make, TASK, obs_mode="state")] * 3)
+        sync.reset(seed=0)
+        assert instructions == sync.call("get_wrapper_attr", "instruction") and len(set(instructions)) > 1
+        sync.close()
     finally:
         pool.close()
 
@@ -210,3 +214,17 @@ def test_ctrl_c_ends_the_program_without_hanging(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0 and "closed" in out, err
+
+
+def _no_such_env():
+    return gym.make(TASK, obs_mode="no-such-mode")
+
+
+@pytest.mark.parametrize(("workers", "main_steps"), [(3, False), (2, True)])
+def test_an_env_that_fails_to_build_is_raised_and_leaves_no_worker(workers, main_steps):
+    """The failing env is in a worker (started beside healthy ones) or in the main process's slice."""
+    good = functools.partial(gym.make, TASK)
+    before = set(mp.active_children())
+    with pytest.raises(ValueError, match="no-such-mode"):
+        PoolVectorEnv([good, _no_such_env, good], num_workers=workers, main_steps=main_steps)
+    assert set(mp.active_children()) <= before

@@ -47,12 +47,6 @@ def config_from_args(cls: type[T], args: argparse.Namespace, positional: tuple[s
     return build(cls, option_values(args, cls), positional)
 
 
-def given(args: argparse.Namespace, cls: type, only: tuple[str, ...] | None = None) -> list[str]:
-    """The flags of `cls`'s fields (or of `only` among them) that the user gave."""
-    names = option_values(args, cls)
-    return [flag(n) for n in names if only is None or n in only]
-
-
 def _flag_names(message: str, values: dict[str, Any]) -> str:
     # Config errors name fields ("steps must be ..."); on the command line the user knows them as flags.
     head, sep, rest = message.partition(" ")
@@ -72,5 +66,4 @@ __all__ = [
     "build",
     "check_task",
     "config_from_args",
-    "given",
 ]

@@ -3,37 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
-from vlagym.cli.common import EXIT_OK, UserError, add_options, build, check_task, given
-from vlagym.cli.options import option_values
+from vlagym.cli.common import EXIT_OK, UserError, add_options, build, check_task
+from vlagym.cli.options import flag, option_values
 from vlagym.eval.configs import CompareConfig, CurveConfig, EvalConfig, ReplicatesConfig, SuiteRunConfig
 
 
 # ---------------------------------------------------------------------------- eval (plain or a suite)
 def eval_config(args: argparse.Namespace) -> EvalConfig | SuiteRunConfig:
     """`EvalConfig` of the options, or with ``--suite`` a `SuiteRunConfig` (the protocol fixes the rest)."""
-    suite_only = tuple(sorted(set(_fields(SuiteRunConfig)) - set(_fields(EvalConfig))))
+    suite_fields = _fields(SuiteRunConfig)
     if getattr(args, "suite", None) is None:
-        extra = given(args, SuiteRunConfig, only=suite_only)
+        extra = [name for name in option_values(args, SuiteRunConfig) if name in _suite_only()]
         if extra:
-            raise UserError(f"{extra[0]} runs with a benchmark protocol: add --suite NAME")
+            raise UserError(f"{flag(extra[0])} runs with a benchmark protocol: add --suite NAME")
         values = option_values(args, EvalConfig)
         values["tasks"] = [check_task(t) for t in values.get("tasks") or []]
         return build(EvalConfig, values)
-    fixed = [
-        f for f in given(args, EvalConfig) if f.removeprefix("--").replace("-", "_") not in _fields(SuiteRunConfig)
-    ]
+    fixed = [flag(name) for name in option_values(args, EvalConfig) if name not in suite_fields]
     if fixed:
         raise UserError(f"--suite fixes the tasks, seeds, env settings and chunk execution; drop {', '.join(fixed)}")
     return build(SuiteRunConfig, option_values(args, SuiteRunConfig))
 
 
 def _fields(cls: type) -> list[str]:
-    import dataclasses
-
     return [f.name for f in dataclasses.fields(cls)]
+
+
+def _suite_only() -> list[str]:
+    """The fields of a suite run that a plain evaluation has not (the protocol's name, language controls, ...)."""
+    return [name for name in _fields(SuiteRunConfig) if name not in _fields(EvalConfig)]
 
 
 def _env_rejected(e: Exception, env_kwargs: dict) -> UserError:
@@ -192,8 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run writes one results bundle.",
     )
     add_options(p, EvalConfig)
-    suite_only = [f for f in _fields(SuiteRunConfig) if f not in _fields(EvalConfig)]
-    add_options(p, SuiteRunConfig, skip=[f for f in _fields(SuiteRunConfig) if f not in suite_only])
+    add_options(p, SuiteRunConfig, skip=_fields(EvalConfig))
     p.set_defaults(handler=cmd_eval, config=eval_config)
     p = sub.add_parser(
         "curve",

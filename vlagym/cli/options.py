@@ -25,21 +25,17 @@ from vlagym.config import Config, field_docs
 UNSET = argparse.SUPPRESS  # an option the user did not give leaves no attribute on the namespace
 
 
-class OptionError(ValueError):
-    """A flag's value cannot become its field's type (bad JSON, say): a user error."""
-
-
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    """(the type inside ``X | None``, whether None was allowed)."""
+def _strip_optional(tp: Any) -> Any:
+    """The type inside ``X | None`` (other types as they are)."""
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
-            return args[0], True
-    return tp, False
+            return args[0]
+    return tp
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -103,7 +99,7 @@ def add_options(
     aliases = aliases or {}
     fields = [f for f in dataclasses.fields(cls) if f.name not in skip and f.init]
     for f in fields:
-        tp, _ = _strip_optional(hints[f.name])
+        tp = _strip_optional(hints[f.name])
         if isinstance(tp, type) and issubclass(tp, Config):
             names = {g.name for g in dataclasses.fields(cls)}
             add_options(parser, tp, prefix=f"{prefix}{f.name}.", outer=names)
@@ -149,7 +145,7 @@ def option_values(args: argparse.Namespace, cls: type, prefix: str = "") -> dict
     given = vars(args)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        tp, _ = _strip_optional(hints[f.name])
+        tp = _strip_optional(hints[f.name])
         if isinstance(tp, type) and issubclass(tp, Config):
             nested = option_values(args, tp, prefix=f"{prefix}{f.name}.")
             if nested:

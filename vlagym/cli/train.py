@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,16 +102,22 @@ def _report(result: dict[str, Any], out: Path) -> None:
     print(f"config: {out / RL_CONFIG_NAME}; logs: {out / TB_DIR} (tensorboard --logdir {out / TB_DIR})")
 
 
+def _post_train(cfg: FilteredBCConfig | RLConfig, train: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """`train(cfg)`; what the user's input caused (env kwargs the task rejects, a resume from other BC weights,
+    no CUDA) becomes a `UserError`."""
+    try:
+        return train(cfg)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, TypeError) and not cfg.env_kwargs:  # a TypeError without env kwargs is a bug: show it
+            raise
+        raise UserError(str(e)) from e
+
+
 def cmd_train_fbc(args: argparse.Namespace) -> int:
     from vlagym.rl.fbc import train_filtered_bc
 
     cfg = fbc_config(args)
-    try:
-        result = train_filtered_bc(cfg)
-    except (TypeError, ValueError) as e:  # env kwargs the task rejects, a resume from other BC weights, no CUDA
-        if isinstance(e, TypeError) and not cfg.env_kwargs:
-            raise
-        raise UserError(str(e)) from e
+    result = _post_train(cfg, train_filtered_bc)
     print(f"trained {result['rounds']} rounds: {result['updates']} updates, {result['env_steps']} env steps")
     _report(result, Path(cfg.out))
     return EXIT_OK
@@ -121,12 +127,7 @@ def cmd_train_rl(args: argparse.Namespace) -> int:
     from vlagym.rl.ppo import train_rl
 
     cfg = rl_config(args)
-    try:
-        result = train_rl(cfg)
-    except (TypeError, ValueError) as e:
-        if isinstance(e, TypeError) and not cfg.env_kwargs:
-            raise
-        raise UserError(str(e)) from e
+    result = _post_train(cfg, train_rl)
     print(f"trained {result['timesteps']} timesteps ({result['env_steps']} env steps this run and before)")
     _report(result, Path(cfg.out))
     return EXIT_OK

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import pickle
 import signal
 import traceback
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class _Shared:
         }
         self.obs_paths = [p for p, s in _leaves(single_obs) if isinstance(s, spaces.Box)]
         for p in self.obs_paths:
-            leaf = _get(single_obs, p) if p else single_obs
+            leaf = _get(single_obs, p)
             self.specs["obs:" + "/".join(p)] = ((n, *leaf.shape), np.dtype(leaf.dtype))
         self.buffers = {
             name: ctx.RawArray("b", max(1, int(np.prod(shape)) * dtype.itemsize))
@@ -135,7 +136,7 @@ def _write_obs(envs: SyncVectorEnv, obs: Any, views: dict[str, np.ndarray], obs_
 def _error(e: BaseException) -> tuple[BaseException | None, str]:
     text = "".join(traceback.format_exception(e))
     try:
-        cloudpickle.dumps(e)
+        pickle.dumps(e)  # what the pipe will do with it
         return e, text
     except Exception:  # noqa: BLE001 - an exception that cannot travel is reported by its text
         return None, text
@@ -195,7 +196,7 @@ class PoolVectorEnv(VectorEnv):
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.num_envs, self.num_workers, self.close_timeout = n, workers, close_timeout
-        probe = env_fns[0]()  # the spaces and metadata, as SyncVectorEnv reads them from its first env
+        probe = env_fns[0]()  # the spaces and metadata (as Gymnasium's async env, from a throwaway first env)
         self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
         self.metadata = {**probe.metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode, self.spec = probe.render_mode, probe.spec
@@ -211,10 +212,7 @@ class PoolVectorEnv(VectorEnv):
         self._pipes: list[Connection | None] = []
         self._processes: list[Any] = []
         self._local: SyncVectorEnv | None = None
-        if main_steps:
-            lo, hi = self.slices[0]
-            self._local = SyncVectorEnv(list(env_fns[lo:hi]), copy=False, autoreset_mode=self.autoreset_mode)
-            self._local_views = {name: array[lo:hi] for name, array in self._arrays.items()}
+        if main_steps:  # slice 0 is the main process's: no worker (its envs are built after the forks)
             self._pipes.append(None)
             self._processes.append(None)
         for lo, hi in self.slices[len(self._pipes) :]:
@@ -226,7 +224,15 @@ class PoolVectorEnv(VectorEnv):
             child.close()
             self._pipes.append(parent)
             self._processes.append(process)
-        self._gather(range(1 if main_steps else 0, workers))
+        try:
+            self._gather(range(1 if main_steps else 0, workers))
+            if main_steps:
+                lo, hi = self.slices[0]
+                self._local = SyncVectorEnv(list(env_fns[lo:hi]), copy=False, autoreset_mode=self.autoreset_mode)
+                self._local_views = {name: array[lo:hi] for name, array in self._arrays.items()}
+        except BaseException:  # an env that fails to build: end the workers already started
+            self.close_extras()
+            raise
 
     # ------------------------------------------------------------------ talking to the workers
     def _gather(self, workers: Sequence[int]) -> list[Any]:
@@ -385,7 +391,7 @@ def make_pool(
     The signature of a Gymnasium ``vector_entry_point`` (``num_envs`` and the env's kwargs), so a task can
     register it.
     """
-    make = functools.partial(gym.make, env_id, **env_kwargs)
+    make = functools.partial(_make_wrapped, env_id, (), env_kwargs)
     return PoolVectorEnv(
         [make] * num_envs, num_workers, autoreset_mode=autoreset_mode, context=context, main_steps=main_steps
     )
