@@ -81,6 +81,28 @@ def _break_positions(data):
     data.qpos[:] = np.nan
 
 
+def test_the_divergence_warnings_read_after_each_step_are_exactly_mujocos_three():
+    import mujoco
+
+    from vlagym.envs.base import _BAD_WARNINGS
+
+    read = set(range(len(mujoco.mjtWarning.__members__))[_BAD_WARNINGS])
+    w = mujoco.mjtWarning
+    assert read == {int(w.mjWARN_BADQPOS), int(w.mjWARN_BADQVEL), int(w.mjWARN_BADQACC)}
+
+
+@pytest.mark.parametrize("warning", ["mjWARN_BADQPOS", "mjWARN_BADQVEL", "mjWARN_BADQACC"])
+def test_each_divergence_warning_ends_the_episode(warning, make_env, caplog):
+    import mujoco
+
+    env = make_env("VLA-PickCup-v0")
+    env.reset(seed=0)
+    env.unwrapped.data.warning[getattr(mujoco.mjtWarning, warning)].number = 1  # what MuJoCo does on divergence
+    with caplog.at_level(logging.WARNING, logger="vlagym"):
+        *_, truncated, info = env.step(np.zeros(7, np.float32))
+    assert truncated is True and info["sim_unstable"] is True
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 @pytest.mark.parametrize("corrupt", [_break_velocities, _break_positions], ids=["qvel=1e12", "qpos=nan"])
 def test_unstable_sim_truncates_and_reset_recovers(env_id, corrupt, make_env, in_tmp_dir, caplog):

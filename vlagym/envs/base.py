@@ -12,6 +12,7 @@ import atexit
 import difflib
 import inspect
 import logging
+import math
 import string
 import sys
 import weakref
@@ -70,7 +71,8 @@ TASK_STATE_SLOTS = 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
 
-_BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+# The divergence warnings, consecutive in mjtWarning: a slice of the counters is a live view.
+_BAD_WARNINGS = slice(mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQACC + 1)
 
 
 def load_scene(objects_xml: str) -> mujoco.MjModel:
@@ -250,8 +252,11 @@ class VLAEnv(gym.Env):
         self._viewer = None
         self.instruction = ""
         self._sim_unstable = False
-        # Views into data.warning, read after every step (cleared by mj_resetData).
-        self._bad_warning_stats = [self.data.warning[w] for w in _BAD_WARNINGS]
+        # A live view of the divergence warnings' counters, read after every step (cleared by mj_resetData).
+        self._bad_warning_counts = self.data.warning.number[_BAD_WARNINGS]
+        self._pads = tuple(self.robot.pad_geoms.tolist())
+        self._geom_body = self.model.geom_bodyid.tolist()
+        self._slots: tuple[tuple[bool, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _unknown_kwarg_error(self, name: str) -> TypeError:
         named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -392,7 +397,8 @@ class VLAEnv(gym.Env):
                 f"action must have shape {self.action_space.shape} in control_mode "
                 f"{self.robot.control_mode!r}, got {a.shape}"
             )
-        if not np.isfinite(a).all():
+        # One cheap test per step: the sum of squares is finite unless an entry is not (or it overflows).
+        if not math.isfinite(a.dot(a)) and not np.isfinite(a).all():
             bad = ~np.isfinite(a)
             idx = np.flatnonzero(bad).tolist()
             raise ValueError(f"action has non-finite entries at indices {idx}: {a[bad].tolist()}")
@@ -405,7 +411,7 @@ class VLAEnv(gym.Env):
         the episode (`truncated`, `info["sim_unstable"]`) rather than continue
         from that silent reset. The warning counters are cleared by the next reset.
         """
-        if any(stat.number for stat in self._bad_warning_stats):
+        if any(self._bad_warning_counts.tolist()):
             if not self._sim_unstable:
                 logger.warning("simulation became unstable in %s; ending the episode", type(self).__name__)
             self._sim_unstable = True
@@ -448,15 +454,27 @@ class VLAEnv(gym.Env):
         np.subtract(pos, self.data.site_xpos[self.robot.ee_site], out=out[10:13])
         np.subtract(goal, pos, out=out[13:16])
         scalars = self.task_scalars()
+        tail, sources, targets = self._object_slots()
+        out[16:] = tail
         out[16 : 16 + len(scalars)] = scalars
-        out[16 + len(scalars) :] = 0.0
-        qpos = self.data.qpos
-        for i, obj in enumerate(self.objects):
-            if obj.present:
-                start = TASK_STATE_SLOTS[i]
-                out[start : start + 7] = qpos[obj.qpos_adr : obj.qpos_adr + 7]
-                out[start + 7] = 1.0
+        out[targets] = self.data.qpos[sources]
         return out
+
+    def _object_slots(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the objects present now: the state's tail after the fixed fields (zeros, 1 at each present flag),
+        and the qpos indices of their poses with the task-state indices they go to. Made once per scene."""
+        present = tuple(obj.present for obj in self.objects)
+        if self._slots is None or self._slots[0] != present:
+            tail = np.zeros(TASK_STATE_DIM - 16)
+            sources, targets = [], []
+            for i, obj in enumerate(self.objects):
+                if obj.present:
+                    start = int(TASK_STATE_SLOTS[i])
+                    tail[start + 7 - 16] = 1.0
+                    sources += range(obj.qpos_adr, obj.qpos_adr + 7)
+                    targets += range(start, start + 7)
+            self._slots = (present, (tail, np.array(sources, int), np.array(targets, int)))
+        return self._slots[1]
 
     def _get_obs(self):
         if self.obs_mode == "state":
@@ -522,18 +540,21 @@ class VLAEnv(gym.Env):
     def pad_contacts(self) -> tuple[set[int], set[int]]:
         """Ids of the bodies touching the left and the right finger pad.
 
-        One vectorised pass over the active contacts; tasks call it once per
-        `evaluate()` and test membership, instead of looping over contacts.
+        One pass over the active contacts' geom pairs as Python ints (a few dozen at most: cheaper than NumPy
+        masks); tasks call it once per `evaluate()` and test membership.
         """
+        left, right = set(), set()
         ncon = self.data.ncon
         if ncon == 0:
-            return set(), set()
-        geoms = self.data.contact.geom[:ncon]
-        bodies = self.model.geom_bodyid[geoms]
-        out = []
-        for pad in self.robot.pad_geoms:
-            out.append(set(bodies[geoms[:, 0] == pad, 1].tolist()) | set(bodies[geoms[:, 1] == pad, 0].tolist()))
-        return out[0], out[1]
+            return left, right
+        pad_left, pad_right = self._pads
+        body = self._geom_body
+        for g0, g1 in self.data.contact.geom[:ncon].tolist():
+            if g0 == pad_left or g0 == pad_right:
+                (left if g0 == pad_left else right).add(body[g1])
+            if g1 == pad_left or g1 == pad_right:
+                (left if g1 == pad_left else right).add(body[g0])
+        return left, right
 
 
 def _check_cameras(cameras: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:

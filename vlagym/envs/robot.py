@@ -24,13 +24,13 @@ FINGER_OPEN = 0.04  # metres of travel per finger; 8 cm between the pads
 CONTROL_MODES = ("ee_delta_pose", "joint_delta_pos")
 
 
-def _as_slice(indices: list[int]) -> slice | np.ndarray:
-    """A slice when the ids are consecutive (basic indexing is several times
-    cheaper than fancy indexing on the per-step path), else an index array."""
-    idx = np.asarray(indices)
-    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
-        return slice(int(idx[0]), int(idx[0]) + len(idx))
-    return idx
+def _as_slice(indices: list[int], what: str) -> slice:
+    """The consecutive ids as a slice: a slice of a MuJoCo array is a live view, made once and read at every
+    step without indexing again. The robot's MJCF declares its joints and actuators in order."""
+    first = int(indices[0])
+    if list(indices) != list(range(first, first + len(indices))):
+        raise ValueError(f"the robot's {what} must have consecutive ids, got {list(indices)}")
+    return slice(first, first + len(indices))
 
 
 def quat_to_mat(quat: np.ndarray) -> np.ndarray:
@@ -89,22 +89,29 @@ class Robot:
         self.nullspace_gain = nullspace_gain
 
         jid = [model.joint(n).id for n in ARM_JOINTS]
-        self.arm_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in jid])
-        self.arm_dof_adr = _as_slice([model.jnt_dofadr[j] for j in jid])
+        self.arm_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in jid], "arm joints' qpos")
+        self.arm_dof_adr = _as_slice([model.jnt_dofadr[j] for j in jid], "arm joints' dofs")
         self.arm_range = model.jnt_range[jid].copy()
         fid = [model.joint(n).id for n in FINGER_JOINTS]
-        self.finger_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in fid])
-        self.finger_dof_adr = _as_slice([model.jnt_dofadr[j] for j in fid])
-        self.arm_act = _as_slice([model.actuator(n).id for n in ARM_JOINTS])
-        self.finger_act = _as_slice([model.actuator(n).id for n in FINGER_JOINTS])
+        self.finger_qpos_adr = _as_slice([model.jnt_qposadr[j] for j in fid], "finger joints' qpos")
+        self.finger_dof_adr = _as_slice([model.jnt_dofadr[j] for j in fid], "finger joints' dofs")
+        self.arm_act = _as_slice([model.actuator(n).id for n in ARM_JOINTS], "arm actuators")
+        self.finger_act = _as_slice([model.actuator(n).id for n in FINGER_JOINTS], "finger actuators")
         model.actuator_ctrlrange[self.arm_act] = self.arm_range
         model.actuator_ctrllimited[self.arm_act] = 1
         self.ee_site = model.site(EE_SITE).id
         self.pad_geoms = np.array([model.geom(n).id for n in ("finger_left_pad", "finger_right_pad")])
         self.hand_body = model.body("hand").id
 
-        self._jacp, self._jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
-        self._jac_arm = np.zeros((6, 7))  # rows 0-2 translation, 3-5 rotation
+        # Live views into `data`, made once: the per-step reads below index nothing.
+        self._arm_q, self._arm_qd = data.qpos[self.arm_qpos_adr], data.qvel[self.arm_dof_adr]
+        self._finger_q = data.qpos[self.finger_qpos_adr]
+        self._ee_xpos, self._ee_xmat = data.site_xpos[self.ee_site], data.site_xmat[self.ee_site]
+        self._arm_ctrl, self._finger_ctrl = data.ctrl[self.arm_act], data.ctrl[self.finger_act]
+
+        self._jac = np.zeros((6, model.nv))  # rows 0-2 translation, 3-5 rotation
+        self._jacp, self._jacr = self._jac[:3], self._jac[3:]
+        self._jac_arm = np.zeros((6, 7))
         self._jjt = np.zeros((6, 6))
         self._damping_eye = damping**2 * np.eye(6)
         self._v, self._task, self._null = np.zeros(7), np.zeros(6), np.zeros(6)
@@ -136,15 +143,14 @@ class Robot:
     def proprio(self, out: np.ndarray | None = None) -> np.ndarray:
         """Joint positions (7), joint velocities (7), grasp-site position (3) and
         quaternion (4), finger positions (2): 23 floats, written into `out` if given."""
-        d = self.data
         if out is None:
             out = np.empty(self.PROPRIO_DIM)
-        out[0:7] = d.qpos[self.arm_qpos_adr]
-        out[7:14] = d.qvel[self.arm_dof_adr]
-        out[PROPRIO_EE_POS] = d.site_xpos[self.ee_site]
-        mujoco.mju_mat2Quat(self._quat, d.site_xmat[self.ee_site])
+        out[0:7] = self._arm_q
+        out[7:14] = self._arm_qd
+        out[PROPRIO_EE_POS] = self._ee_xpos
+        mujoco.mju_mat2Quat(self._quat, self._ee_xmat)
         out[17:21] = self._quat
-        out[21:23] = d.qpos[self.finger_qpos_adr]
+        out[21:23] = self._finger_q
         return out
 
     PROPRIO_DIM = 23
@@ -161,14 +167,13 @@ class Robot:
 
     def apply_action(self, action: np.ndarray) -> None:
         """Set actuator targets from a clipped action (see class docstring)."""
-        ctrl = self.data.ctrl
         if self.control_mode == "ee_delta_pose":
             dq = self._ik_delta(action)
         else:
             dq = action[:7] * self.max_joint_delta
         # MuJoCo clamps the targets to the joint ranges (ctrlrange, set in __init__).
-        ctrl[self.arm_act] = self.data.qpos[self.arm_qpos_adr] + dq
-        ctrl[self.finger_act] = FINGER_OPEN * 0.5 * (1.0 - float(action[-1]))
+        np.add(self._arm_q, dq, out=self._arm_ctrl)
+        self._finger_ctrl[:] = FINGER_OPEN * 0.5 * (1.0 - float(action[-1]))
 
     def _ik_delta(self, action: np.ndarray) -> np.ndarray:
         """Joint deltas for the pose delta in `action[:6]` (normalised; scaled here)."""
@@ -178,14 +183,12 @@ class Robot:
         # preallocated: this runs at every control step.
         jac, jjt, v, task, null = self._jac_arm, self._jjt, self._v, self._task, self._null
         mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self.ee_site)
-        jac[:3] = self._jacp[:, self.arm_dof_adr]
-        jac[3:] = self._jacr[:, self.arm_dof_adr]
+        jac[:] = self._jac[:, self.arm_dof_adr]
         np.dot(jac, jac.T, out=jjt)
         jjt += self._damping_eye
-        np.subtract(HOME_QPOS, self.data.qpos[self.arm_qpos_adr], out=v)
+        np.subtract(HOME_QPOS, self._arm_q, out=v)
         v *= self.nullspace_gain
-        task[:] = action[:6]
-        task *= self._pose_scale
+        np.multiply(action[:6], self._pose_scale, out=task)
         np.dot(jac, v, out=null)
         mujoco.mju_cholFactor(jjt, 0.0)
         mujoco.mju_cholSolve(task, jjt, task)
