@@ -14,6 +14,9 @@ PLATE_RADIUS = 0.075
 BOWL_RADIUS = 0.075
 BOWL_WALL = 0.04
 PARK = np.array([1.5, 1.5, -0.75])  # unused free objects rest on the floor, out of view
+# A geom whose alpha is 0 is left out of MuJoCo's scene: the renderer, whose cost on a software renderer grows
+# with every geom it draws, never sees a parked object (out of view anyway: the images are the same).
+HIDDEN_RGBA = (0.5, 0.5, 0.5, 0.0)
 
 #: object kind -> (height of its origin's grasp point above its base, height)
 KIND_HEIGHT = {"cup": CUP_HEIGHT, "block": 2 * BLOCK_HALF, "can": CAN_HEIGHT}
@@ -142,6 +145,7 @@ class FreeObject:
         self._geoms = np.flatnonzero(model.geom_bodyid == self.body)
         self._contype = model.geom_contype[self._geoms].copy()
         self._conaffinity = model.geom_conaffinity[self._geoms].copy()
+        self._rgba = model.geom_rgba[self._geoms].copy()
         self.height = KIND_HEIGHT[kind]
         self.present = False
         self.color = ""
@@ -151,6 +155,7 @@ class FreeObject:
         data.qpos[a : a + 3] = (x, y, z)
         data.qpos[a + 3 : a + 7] = (np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
         data.qvel[self.dof_adr : self.dof_adr + 6] = 0.0
+        model.geom_rgba[self._geoms] = self._rgba
         for g in self.color_geoms:
             model.geom_rgba[g] = COLORS[color]
         model.geom_contype[self._geoms] = self._contype
@@ -163,10 +168,9 @@ class FreeObject:
         data.qpos[a : a + 3] = self.park_pos
         data.qpos[a + 3 : a + 7] = (1.0, 0.0, 0.0, 0.0)
         data.qvel[self.dof_adr : self.dof_adr + 6] = 0.0
-        for g in self.color_geoms:
-            model.geom_rgba[g] = (0.5, 0.5, 0.5, 1.0)
-        # A parked object floats, weightless and without contacts, out of view:
-        # it costs the solver nothing, whatever the task leaves unused.
+        # A parked object floats, weightless, without contacts and not drawn, out of view:
+        # it costs the solver and the renderer nothing, whatever the task leaves unused.
+        model.geom_rgba[self._geoms] = HIDDEN_RGBA
         model.geom_contype[self._geoms] = 0
         model.geom_conaffinity[self._geoms] = 0
         model.body_gravcomp[self.body] = 1.0

@@ -9,7 +9,7 @@ import numpy as np
 
 from vlagym.envs.base import VLAEnv
 from vlagym.envs.expert import ScriptedExpert
-from vlagym.envs.objects import COLORS, sample_colors, sample_layout
+from vlagym.envs.objects import COLORS, HIDDEN_RGBA, sample_colors, sample_layout
 from vlagym.envs.splits import HELDOUT_COLOR
 
 HELDOUT_BUTTON_COLOR = HELDOUT_COLOR["button"]  # shown on a button only in `unseen_combo`
@@ -108,6 +108,12 @@ class PressButtonEnv(VLAEnv):
         m = self.model
         self.button_bodies = np.array([m.body(f"button{i}").id for i in range(N_BUTTONS)])
         self.cap_geoms = np.array([m.geom(f"button{i}_cap").id for i in range(N_BUTTONS)])
+        # Every geom of each button (housing, ring, cap), with its colours from the MJCF: unused buttons are hidden.
+        caps = [m.body(f"button{i}_cap").id for i in range(N_BUTTONS)]
+        self.button_geoms = [
+            np.flatnonzero(np.isin(m.geom_bodyid, (self.button_bodies[i], caps[i]))) for i in range(N_BUTTONS)
+        ]
+        self.button_rgba = [m.geom_rgba[g].copy() for g in self.button_geoms]
         self.button_qpos = np.array([m.jnt_qposadr[m.joint(f"button{i}").id] for i in range(N_BUTTONS)])
         self.n_buttons, self.target_index = 0, 0
         self.present_qpos = self.button_qpos[:0]
@@ -126,10 +132,11 @@ class PressButtonEnv(VLAEnv):
         for i, body in enumerate(self.button_bodies):
             if i < n:
                 self.model.body_pos[body] = (xy[i, 0], xy[i, 1], 0.0)
+                self.model.geom_rgba[self.button_geoms[i]] = self.button_rgba[i]
                 self.model.geom_rgba[self.cap_geoms[i]] = COLORS[self.colors[i]]
             else:
                 self.model.body_pos[body] = PARK + (0.0, 0.2 * i, 0.0)
-                self.model.geom_rgba[self.cap_geoms[i]] = BASE_RGBA
+                self.model.geom_rgba[self.button_geoms[i]] = HIDDEN_RGBA  # out of view, and not drawn
         self.n_buttons, self.target_index = n, target
         self.present_qpos = self.button_qpos[:n].copy()
         self.wrong_pressed = False
