@@ -30,8 +30,8 @@ def _assert_same(a, b):
         assert sorted(a) == sorted(b)
         for key in a:
             _assert_same(a[key], b[key])
-    elif isinstance(a, np.ndarray) and a.dtype == object:
-        assert len(a) == len(b)
+    elif isinstance(a, tuple | list) or (isinstance(a, np.ndarray) and a.dtype == object):
+        assert type(a) is type(b) and len(a) == len(b)
         for x, y in zip(a, b, strict=True):
             _assert_same(x, y)
     elif isinstance(a, np.ndarray):
@@ -228,3 +228,24 @@ def test_an_env_that_fails_to_build_is_raised_and_leaves_no_worker(workers, main
     with pytest.raises(ValueError, match="no-such-mode"):
         PoolVectorEnv([good, _no_such_env, good], num_workers=workers, main_steps=main_steps)
     assert set(mp.active_children()) <= before
+
+
+def test_gym_make_vec_without_a_mode_gives_the_pool_with_kwargs_passed_through():
+    envs = gym.make_vec(TASK, num_envs=3, num_workers=2, **RGB)  # no vectorization_mode: the vector entry point
+    sync = gym.make_vec(TASK, num_envs=3, vectorization_mode="sync", **RGB)
+    try:
+        assert isinstance(envs, PoolVectorEnv) and envs.num_workers == 2
+        assert envs.spec is not None and envs.spec.id == TASK
+        rng = np.random.default_rng(3)
+        _assert_same(envs.reset(seed=7), sync.reset(seed=7))
+        truncations = 0
+        for _ in range(30):  # max_episode_steps=12 from the kwargs: truncations and autoresets happen
+            a = rng.uniform(-1, 1, (3, 7)).astype(np.float32)
+            got, want = envs.step(a), sync.step(a)
+            _assert_same(got, want)
+            truncations += int(got[3].sum())
+        assert truncations >= 3
+    finally:
+        envs.close()
+        sync.close()
+    assert isinstance(gym.make_vec(TASK, num_envs=1, vectorization_mode="sync"), SyncVectorEnv)

@@ -31,7 +31,12 @@ def register_envs() -> None:
     """Register every vlagym task with Gymnasium (idempotent)."""
     for env_id, (entry_point, max_steps) in TASKS.items():
         if env_id not in registry:
-            register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)
+            register(
+                id=env_id,
+                entry_point=entry_point,
+                vector_entry_point=f"vlagym.envs.vector_entry:{env_id}",  # a string: specs stay JSON
+                max_episode_steps=max_steps,
+            )
 
 
 def __getattr__(name: str) -> Any:

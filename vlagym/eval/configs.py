@@ -88,7 +88,8 @@ class EvalConfig(Config):
     videos: int = 0
     """record the first `videos` episodes of each task as mp4"""
     vectorization: str = "sync"
-    """"sync" or "async" vector env; the expert needs "sync\""""
+    """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env; the
+    expert needs "sync\""""
     image_size: int | None = None
     """camera image side; unset means the checkpoint's (the env default for the expert's videos)"""
     cameras: list[str] | None = None
@@ -231,7 +232,7 @@ class CurveConfig(Config):
     include_start: bool = True
     """evaluate the start point and pair every point with it; off: the run's checkpoints alone"""
     vectorization: str = "sync"
-    """"sync" or "async" vector env"""
+    """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env"""
     n_action_steps: int | None = None
     """actions executed of each predicted chunk (no ensembling); unset: each checkpoint's own"""
     temporal_ensemble: bool = False

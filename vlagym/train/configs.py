@@ -75,7 +75,8 @@ class DemoConfig(Config):
     compression: str = "gzip"
     """HDF5 filter of the image datasets: "gzip" (the layout's), "lzf" (faster, larger) or "none\""""
     vectorization: str = "sync"
-    """gymnasium vectorization mode: "sync" (one process) or "async" (one worker process per sub-env)"""
+    """"sync" (one process), "async" (one worker process per sub-env) or "pool" (a worker per CPU, each stepping
+    a slice of the sub-envs; `vlagym.envs.pool`)"""
     progress: bool = True
     """show a progress bar on stderr"""
 
