@@ -61,6 +61,8 @@ def reproduction_command(cfg: SuiteRunConfig) -> str:
         argv += ["--episodes", str(cfg.episodes)]
     if cfg.num_envs != 1:
         argv += ["--num-envs", str(cfg.num_envs)]
+    if cfg.vectorization != "sync":  # the same episodes either way; it reruns as fast
+        argv += ["--vectorization", cfg.vectorization]
     if cfg.language_controls:
         argv.append("--language-controls")
     if cfg.videos:

@@ -159,6 +159,9 @@ class SuiteRunConfig(Config):
     """episodes per task and split; unset means the protocol's (a smaller number is a quick, partial run)"""
     num_envs: int = 1
     """parallel sub-envs; a checkpoint's outcomes can depend on it, so it is part of the reproduction command"""
+    vectorization: str = "sync"
+    """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env: the
+    same episodes in each; the expert needs "sync\""""
     progress: bool = True
     """show a progress bar"""
     language_controls: bool = False
@@ -182,8 +185,12 @@ class SuiteRunConfig(Config):
             raise EvalError(f"videos must be non-negative, got {self.videos}")
         if self.num_envs < 1:
             raise EvalError(f"num_envs must be at least 1, got {self.num_envs}")
+        if self.vectorization not in VECTORIZATION_MODES:
+            raise EvalError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.policy != EXPERT:
             check_checkpoint_folder(self.policy)  # EvalError naming what is missing
+        elif self.vectorization != "sync":
+            raise EvalError(f"the expert needs vectorization='sync', got {self.vectorization!r}")
 
     def _check_sequential(self, episodes: int) -> None:
         width, least = self.sequential_width, self.sequential_min_episodes

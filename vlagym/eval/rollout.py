@@ -11,6 +11,10 @@ A policy that samples (the flow head) learns each new episode's seed through
 generator of its own: the episode then depends on its seed alone, not on
 `num_envs` or on which episodes share the batch.
 
+While the sub-envs step in other processes (the pool's workers, Gymnasium's async workers), a torch policy
+acts on one intra-op thread: a second thread spins on after each call, on the core a worker needs (an 8-env
+PickCup evaluation measured 1.3x faster for it; the actions are the same).
+
 Besides success, every record carries a few flags accumulated from the task
 predicates the env reports in `info` each step (grasped, a wrong object
 handled, reach distance, instability) and the `outcome` that
@@ -20,9 +24,11 @@ array operations per vector step and nothing inside `env.step()`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -31,7 +37,7 @@ from gymnasium.vector import AutoresetMode
 from tqdm.auto import tqdm
 
 import vlagym
-from vlagym.envs.pool import make_vec
+from vlagym.envs.pool import PoolVectorEnv, make_vec
 from vlagym.eval.diagnostics import GRASP_KEYS, REACH_KEY, WRONG_KEYS, classify
 
 logger = logging.getLogger(__name__)
@@ -265,7 +271,7 @@ def run_episodes(
     running.start(mask, info)
     started(mask)
     bar = tqdm(total=len(seeds), desc="episodes", unit="ep", disable=not progress)
-    try:
+    with bar, _one_torch_thread(_steps_elsewhere(envs)):
         while any(r is None for r in records):
             obs, reward, terminated, truncated, info = envs.step(policy(obs))
             if on_step is not None:
@@ -280,9 +286,27 @@ def run_episodes(
             if done.any() and any(r is None for r in records):
                 obs = _reset_done(envs, done, slots, running, reset_options)
                 started(done)
-    finally:
-        bar.close()
     return records  # type: ignore[return-value]
+
+
+def _steps_elsewhere(envs: gym.vector.VectorEnv) -> bool:
+    """Whether the sub-envs step in worker processes."""
+    return isinstance(envs.unwrapped, PoolVectorEnv | gym.vector.AsyncVectorEnv)
+
+
+@contextlib.contextmanager
+def _one_torch_thread(wanted: bool) -> Iterator[None]:
+    """torch (if a policy loaded it) on one intra-op thread for the block when `wanted`; restored after."""
+    torch = sys.modules.get("torch")
+    if not wanted or torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class VectorExpert:

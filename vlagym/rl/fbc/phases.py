@@ -215,6 +215,7 @@ def evaluate(run: Run, checkpoint: Path) -> Evaluated:
             policy=str(checkpoint),
             episodes=cfg.eval_episodes,
             num_envs=cfg.eval_num_envs,
+            vectorization=cfg.vectorization,
             seed=cfg.eval_seed,
             out=str(run.out / EVAL_DIR / checkpoint.name),
             progress=False,

@@ -1,0 +1,111 @@
+"""A checkpoint evaluated through the pool vector env (plain and suite runs): the same episodes as sync, with
+torch on one thread while the workers step (a second would spin on their core), restored afterwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vlagym.eval import suites
+from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.bundle import reproduction_command
+from vlagym.eval.configs import EvalConfig, EvalError, SuiteRunConfig
+from vlagym.eval.evaluate import evaluate
+from vlagym.eval.rollout import make_rollout_envs, run_episodes
+from vlagym.eval.suite_run import run_suite
+from vlagym.eval.suites import SuiteProtocol
+from vlagym.policies import VLAConfig, VLAPolicy, save_checkpoint
+
+TASK = "VLA-PressButton-v0"
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("pool") / "ckpt"
+    config = VLAConfig(
+        cameras=("front",), image_size=16, vision_channels=(8,), hidden_dim=16, text_layers=1, text_heads=2,
+        chunk_size=4, trunk_layers=1,
+    )  # fmt: skip
+    save_checkpoint(VLAPolicy(config), folder, extra={"env_id": TASK, "env_kwargs": {"max_episode_steps": STEPS}})
+    return folder
+
+
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+class ThreadSpy:
+    """A `CheckpointPolicy` that notes torch's thread count at every call."""
+
+    def __init__(self, folder):
+        self.policy, self.threads = CheckpointPolicy(folder), set()
+
+    def reset(self, mask, seeds=None):
+        self.policy.reset(mask, seeds=seeds)
+
+    def __call__(self, obs):
+        self.threads.add(torch.get_num_threads())
+        return self.policy(obs)
+
+
+@pytest.mark.parametrize("mode, threads", [("sync", 2), ("pool", 1), ("async", 1)])
+def test_torch_acts_on_one_thread_while_workers_step_and_is_restored(checkpoint, two_threads, mode, threads):
+    envs = make_rollout_envs(TASK, 2, mode, obs_mode="rgb", image_size=16, cameras=["front"], max_episode_steps=4)
+    spy = ThreadSpy(checkpoint)
+    try:
+        run_episodes(envs, spy, [1, 2, 3], on_episode_start=spy.reset, progress=False)
+    finally:
+        envs.close()
+    assert spy.threads == {threads}
+    assert torch.get_num_threads() == 2
+
+
+def test_a_plain_evaluation_through_the_pool_has_the_sync_episodes(checkpoint, two_threads, tmp_path):
+    runs = {}
+    for mode in ("sync", "pool"):
+        cfg = EvalConfig(
+            policy=str(checkpoint), episodes=5, num_envs=3, vectorization=mode, out=str(tmp_path / mode),
+            progress=False,
+        )  # fmt: skip
+        runs[mode] = evaluate(cfg)["tasks"][TASK]["episodes"]
+    assert runs["pool"] == runs["sync"] and len(runs["sync"]) == 5
+
+
+def test_a_suite_through_the_pool_has_the_sync_bundle_and_reruns_with_it(checkpoint, monkeypatch, tmp_path):
+    protocol = SuiteProtocol(
+        name="tiny-pool", version="0", description="one quick task, two splits", tasks=(TASK,),
+        splits=("train", "lighting"), episodes=3, base_seed=7_000_000, horizons=((TASK, 80),),
+    )  # fmt: skip
+    monkeypatch.setitem(suites.SUITES, "tiny-pool", protocol)
+    bundles = {}
+    for mode in ("sync", "pool"):
+        cfg = SuiteRunConfig(
+            suite="tiny-pool", policy=str(checkpoint), num_envs=2, vectorization=mode, out=str(tmp_path / mode),
+            progress=False,
+        )  # fmt: skip
+        bundles[mode] = run_suite(cfg)
+        assert ("--vectorization pool" in reproduction_command(cfg)) == (mode == "pool")
+    for by_split in (bundles["pool"]["results"], bundles["sync"]["results"]):
+        for cell in by_split[TASK].values():
+            assert cell.pop("seconds") > 0  # wall time: the one field that differs
+    assert bundles["pool"]["results"] == bundles["sync"]["results"]
+
+
+def test_the_expert_refuses_the_pool_in_a_suite():
+    with pytest.raises(EvalError, match="expert needs vectorization='sync'"):
+        SuiteRunConfig(suite="vlagym-pick", policy="expert", vectorization="pool")
+    with pytest.raises(EvalError, match="vectorization must be one of"):
+        SuiteRunConfig(suite="vlagym-pick", policy="expert", vectorization="threads")
+
+
+def test_the_pool_leaves_the_caller_s_threads_alone_outside_rollouts(checkpoint, two_threads):
+    policy = CheckpointPolicy(checkpoint)
+    policy.reset(np.ones(1, bool))
+    assert torch.get_num_threads() == 2
