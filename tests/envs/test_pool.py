@@ -249,3 +249,16 @@ def test_gym_make_vec_without_a_mode_gives_the_pool_with_kwargs_passed_through()
         envs.close()
         sync.close()
     assert isinstance(gym.make_vec(TASK, num_envs=1, vectorization_mode="sync"), SyncVectorEnv)
+
+
+def test_one_sub_env_is_the_sync_vector_env():
+    from vlagym.envs.pool import make_vec
+
+    disabled = {"autoreset_mode": AutoresetMode.DISABLED}
+    for envs in (gym.make_vec(TASK, num_envs=1, **RGB), make_vec(TASK, 1, "pool", vector_kwargs=disabled, **RGB)):
+        assert isinstance(envs, SyncVectorEnv)
+        envs.close()
+    assert make_vec(TASK, 1, "pool", vector_kwargs=disabled).metadata["autoreset_mode"] == AutoresetMode.DISABLED
+    pool = gym.make_vec(TASK, num_envs=1, num_workers=1, **RGB)  # asked for explicitly: still a pool
+    assert isinstance(pool, PoolVectorEnv)
+    pool.close()

@@ -144,6 +144,8 @@ def _error(e: BaseException) -> tuple[BaseException | None, str]:
 
 def _merge_infos(parts: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
     """One vector `info` from the workers' (each over its slice, Gymnasium's `key` / `_key` layout)."""
+    if len(parts) == 1:
+        return parts[0]  # one slice is the whole batch (a fresh dict every step)
     keys: list[str] = []
     for part in parts:
         keys += [k for k in part if k not in keys]
@@ -406,11 +408,15 @@ def make_vec(
     **env_kwargs: Any,
 ) -> VectorEnv:
     """`gymnasium.make_vec`, plus ``vectorization_mode="pool"``: a `PoolVectorEnv` with a worker per CPU and
-    the main process stepping a slice too (what measured fastest on 2 cores; `vlagym bench --sections vector`).
+    the main process stepping a slice too (what measured fastest on 2 cores; `vlagym bench --sections vector`);
+    with one sub-env, the sync vector env (the same episodes, a copy less per step).
 
     For "pool", `vector_kwargs` takes `autoreset_mode` (the others are Gymnasium's async/sync options).
     """
-    if vectorization_mode != "pool":
+    if vectorization_mode != "pool" or num_envs == 1:  # a pool of one sub-env is the sync vector env
+        if vectorization_mode == "pool":
+            vectorization_mode = "sync"
+            vector_kwargs = {k: v for k, v in (vector_kwargs or {}).items() if k in ("autoreset_mode", "copy")}
         return gym.make_vec(
             env_id,
             num_envs=num_envs,

@@ -1,7 +1,7 @@
 """The vector section: env steps/s of Gymnasium's sync and async vector envs and vlagym's `PoolVectorEnv`
 (one worker per CPU; ``pool-main``: the main process steps a slice too, what ``gym.make_vec(id)`` builds), at 2, 8
-and 16 sub-envs, state and rgb, against one env stepped alone; ``pool-main x1`` is the per-step latency of the
-default at one sub-env."""
+and 16 sub-envs, state and rgb, against one env stepped alone (with one sub-env ``gym.make_vec`` builds the sync
+env itself)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ MODES = ("sync", "async", "pool", "pool-main")
 
 
 def vector_configs(sizes: tuple[int, ...]) -> list[tuple[str, int]]:
-    """(mode, sub-envs) of the rows: one env alone (the baseline), the default pool at one sub-env, then every
-    mode at every size."""
-    return [("sync", 1), ("pool-main", 1), *((mode, n) for n in sizes for mode in MODES)]
+    """(mode, sub-envs) of the rows: one env alone (the baseline), then every mode at every size."""
+    return [("sync", 1), *((mode, n) for n in sizes for mode in MODES)]
 
 
 def vector_steps_per_s(task: str, mode: str, num_envs: int, steps: int, **kwargs: Any) -> float:
