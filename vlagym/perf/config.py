@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vlagym.config import Config
 
-SECTIONS = ("env", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc")
+SECTIONS = ("env", "env-parts", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc")
 DEVICES = ("cpu", "cuda")
 MAIN_TASK = "VLA-PickCup-v0"  # the quickstart task: first in the default task list, the one-task sections use it
 CAMERAS = ("front", "wrist")

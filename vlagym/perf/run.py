@@ -15,6 +15,7 @@ from vlagym.perf.bc import bench_bc
 from vlagym.perf.config import BenchConfig
 from vlagym.perf.dataset import bench_dataset
 from vlagym.perf.env import bench_env
+from vlagym.perf.env_parts import bench_env_parts
 from vlagym.perf.filtered_bc import bench_filtered_bc
 from vlagym.perf.latency import bench_latency
 from vlagym.perf.ppo import bench_ppo
@@ -26,6 +27,7 @@ from vlagym.perf.work import Work
 
 SECTION_FUNCTIONS: dict[str, Callable[[BenchConfig, Work], Table]] = {
     "env": bench_env,
+    "env-parts": bench_env_parts,
     "render": bench_render,
     "vector": bench_vector,
     "dataset": bench_dataset,
