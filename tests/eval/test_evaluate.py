@@ -102,7 +102,7 @@ def test_videos_of_the_first_episodes(tmp_path):
     [
         ({"tasks": ["VLA-Nope-v0"]}, "unknown task"),
         ({"episodes": 0}, "episodes"),
-        ({"vectorization": "async"}, "sync"),
+        ({"vectorization": "threads"}, "vectorization must be one of"),
         ({"tasks": []}, "at least one task"),
         ({"image_size": 31}, "31"),
     ],

@@ -1,5 +1,5 @@
-"""A checkpoint evaluated through the pool vector env (plain and suite runs): the same episodes as sync, with
-torch on one thread while the workers step (a second would spin on their core), restored afterwards."""
+"""A checkpoint or the expert evaluated through the pool vector env (plain and suite runs): the same episodes as
+sync, with torch on one thread while the workers step (a second would spin on their core), restored afterwards."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vlagym.eval import suites
-from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy
 from vlagym.eval.bundle import reproduction_command
 from vlagym.eval.configs import EvalConfig, EvalError, SuiteRunConfig
 from vlagym.eval.evaluate import evaluate
@@ -98,9 +98,42 @@ def test_a_suite_through_the_pool_has_the_sync_bundle_and_reruns_with_it(checkpo
     assert bundles["pool"]["results"] == bundles["sync"]["results"]
 
 
-def test_the_expert_refuses_the_pool_in_a_suite():
-    with pytest.raises(EvalError, match="expert needs vectorization='sync'"):
-        SuiteRunConfig(suite="vlagym-pick", policy="expert", vectorization="pool")
+def test_the_expert_acts_inside_the_workers_with_the_sync_episodes(tmp_path):
+    runs = {}
+    for mode in ("sync", "pool", "async"):
+        cfg = EvalConfig(
+            policy="expert", tasks=[TASK], episodes=5, num_envs=3, vectorization=mode, out=str(tmp_path / mode),
+            progress=False,
+        )  # fmt: skip
+        runs[mode] = evaluate(cfg)["tasks"][TASK]["episodes"]
+    assert runs["pool"] == runs["sync"] == runs["async"]
+    assert all(e["success"] for e in runs["sync"])  # the expert solves them: its actions did run
+
+
+def test_an_expert_suite_through_the_pool_has_the_sync_bundle(monkeypatch, tmp_path):
+    protocol = SuiteProtocol(
+        name="tiny-expert", version="0", description="one quick task, two splits", tasks=(TASK,),
+        splits=("train", "distractors"), episodes=3, base_seed=7_000_000, horizons=((TASK, 80),),
+    )  # fmt: skip
+    monkeypatch.setitem(suites.SUITES, "tiny-expert", protocol)
+    results = {}
+    for mode in ("sync", "pool"):
+        cfg = SuiteRunConfig(
+            suite="tiny-expert", policy="expert", num_envs=2, vectorization=mode, out=str(tmp_path / mode)
+        )
+        results[mode] = run_suite(cfg)["results"][TASK]
+        for cell in results[mode].values():
+            cell.pop("seconds")
+    assert results["pool"] == results["sync"]
+
+
+def test_the_expert_needs_its_envs_made_for_it():
+    envs = make_rollout_envs(TASK, 2, "pool")  # no expert=True: the experts are out of reach
+    try:
+        with pytest.raises(EvalError, match="expert=True"):
+            ExpertPolicy(envs)
+    finally:
+        envs.close()
     with pytest.raises(EvalError, match="vectorization must be one of"):
         SuiteRunConfig(suite="vlagym-pick", policy="expert", vectorization="threads")
 

@@ -39,18 +39,28 @@ class EvalPolicy(Protocol):
 
 
 class ExpertPolicy:
-    """The scripted experts of a sync vector env's sub-envs (they read privileged simulator state)."""
+    """The scripted experts of a vector env's sub-envs (they read privileged simulator state): called directly
+    in a sync env; in envs made with ``make_rollout_envs(..., expert=True)`` whose sub-envs live in worker
+    processes they act inside them (`ExpertActs`) and this sends placeholders."""
 
     def __init__(self, envs: gym.vector.VectorEnv):
-        if not hasattr(envs, "envs"):
-            raise EvalError("the expert needs vectorization='sync' (it reads each sub-env's simulator state)")
-        self._expert = VectorExpert(envs)
+        self._expert: VectorExpert | None = None
+        if getattr(envs, "expert_inside", False):
+            self._placeholder = np.zeros((envs.num_envs, *envs.single_action_space.shape), np.float32)
+        elif hasattr(envs, "envs"):
+            self._expert = VectorExpert(envs)
+        else:
+            raise EvalError(
+                "the expert reads each sub-env's simulator state: use a sync vector env, or make the envs with "
+                "make_rollout_envs(..., expert=True)"
+            )
 
     def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
-        self._expert.reset(mask)  # deterministic: the seeds are not needed
+        if self._expert is not None:
+            self._expert.reset(mask)  # deterministic: the seeds are not needed
 
     def __call__(self, obs: Any) -> np.ndarray:
-        return self._expert(obs)
+        return self._placeholder.copy() if self._expert is None else self._expert(obs)
 
 
 def episode_noise_generator(seed: int):

@@ -88,8 +88,8 @@ class EvalConfig(Config):
     videos: int = 0
     """record the first `videos` episodes of each task as mp4"""
     vectorization: str = "sync"
-    """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env; the
-    expert needs "sync\""""
+    """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env: the
+    same episodes in each (the expert acts inside the workers' sub-envs)"""
     image_size: int | None = None
     """camera image side; unset means the checkpoint's (the env default for the expert's videos)"""
     cameras: list[str] | None = None
@@ -112,8 +112,6 @@ class EvalConfig(Config):
         if self.policy == EXPERT:
             if not self.tasks:
                 raise EvalError("the expert needs at least one task")
-            if self.vectorization != "sync":
-                raise EvalError(f"the expert needs vectorization='sync', got {self.vectorization!r}")
         else:
             check_checkpoint_folder(self.policy)
         _check_at_least_one(self, ("episodes", "num_envs"), EvalError)
@@ -161,7 +159,7 @@ class SuiteRunConfig(Config):
     """parallel sub-envs; a checkpoint's outcomes can depend on it, so it is part of the reproduction command"""
     vectorization: str = "sync"
     """"sync", "async" or "pool" (a worker per CPU, each stepping a slice; `vlagym.envs.pool`) vector env: the
-    same episodes in each; the expert needs "sync\""""
+    same episodes in each (the expert acts inside the workers' sub-envs)"""
     progress: bool = True
     """show a progress bar"""
     language_controls: bool = False
@@ -189,8 +187,6 @@ class SuiteRunConfig(Config):
             raise EvalError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.policy != EXPERT:
             check_checkpoint_folder(self.policy)  # EvalError naming what is missing
-        elif self.vectorization != "sync":
-            raise EvalError(f"the expert needs vectorization='sync', got {self.vectorization!r}")
 
     def _check_sequential(self, episodes: int) -> None:
         width, least = self.sequential_width, self.sequential_min_episodes

@@ -161,7 +161,7 @@ def _evaluate_task(
     """The summary of one task: its numbers, per drawn task for a multi-task env, its episodes and videos."""
     seeds = [cfg.seed + i for i in range(cfg.episodes)]
     logger.info("evaluating %s on %s: %d episodes from seed %d", cfg.policy, task, cfg.episodes, cfg.seed)
-    envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, **env_kwargs)
+    envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, expert=checkpoint is None, **env_kwargs)
     try:
         policy = _make_policy(envs, checkpoint)
         records = run_episodes(envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress)

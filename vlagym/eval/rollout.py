@@ -73,16 +73,23 @@ class EpisodeRecord:
 
 
 def make_rollout_envs(
-    env_id: str, num_envs: int, vectorization_mode: str = "sync", **env_kwargs
+    env_id: str, num_envs: int, vectorization_mode: str = "sync", expert: bool = False, **env_kwargs
 ) -> gym.vector.VectorEnv:
-    """A vector env with autoreset disabled, as `run_episodes` needs ("sync", "async" or "pool")."""
-    return make_vec(
+    """A vector env with autoreset disabled, as `run_episodes` needs ("sync", "async" or "pool").
+
+    `expert` with sub-envs in worker processes ("async", "pool"): each sub-env's scripted expert acts inside it
+    (`ExpertActs`), and `ExpertPolicy` only sends placeholders; a sync env's experts are reached directly."""
+    wrappers = [ExpertActs] if expert and vectorization_mode != "sync" else []
+    envs = make_vec(
         env_id,
         num_envs=num_envs,
         vectorization_mode=vectorization_mode,
+        wrappers=wrappers,
         vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
         **env_kwargs,
     )
+    envs.expert_inside = bool(wrappers)  # read by `ExpertPolicy`
+    return envs
 
 
 def takes_seeds(callback: Callable[..., object]) -> bool:
@@ -307,6 +314,24 @@ def _one_torch_thread(wanted: bool) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+class ExpertActs(gym.Wrapper):
+    """The task's scripted expert acts in this sub-env: `step` executes the expert's action, computed here from
+    the simulator state, and ignores the one it is given (a placeholder). For vector envs whose sub-envs live
+    in worker processes, out of the main process's reach; the actions are `VectorExpert`'s in a sync env."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.expert = vlagym.make_expert(env)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.expert.reset()
+        return obs, info
+
+    def step(self, action):
+        return self.env.step(self.expert())
 
 
 class VectorExpert:

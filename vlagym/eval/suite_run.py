@@ -134,7 +134,7 @@ def _run_cell(
     """The records of one cell (every seed, or with `sequential` the stopped prefix), its env kwargs, and the
     number of episodes simulated (more than the records when a block ran past the stopping point)."""
     kwargs = {**cell_env_kwargs(checkpoint, split), **(extra_kwargs or {})}
-    envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, **kwargs)
+    envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, expert=checkpoint is None, **kwargs)
     try:
         policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
         if sequential:
