@@ -35,7 +35,7 @@ def test_eval_expert_prints_the_table_and_folder(tmp_path, capsys):
         (["--tasks", "VLA-PickCap-v0"], "did you mean 'VLA-PickCup-v0'"),
         (["--policy", "MISSING"], "does not exist"),
         (["--policy", "FOLDER"], "not a checkpoint folder"),
-        (["--vectorization", "async"], "sync"),
+        (["--vectorization", "threads"], "vectorization must be one of"),
         (["--episodes", "0"], "episodes"),
         (["--n-action-steps", "2"], "not the expert"),
     ],
