@@ -262,3 +262,28 @@ def test_one_sub_env_is_the_sync_vector_env():
     pool = gym.make_vec(TASK, num_envs=1, num_workers=1, **RGB)  # asked for explicitly: still a pool
     assert isinstance(pool, PoolVectorEnv)
     pool.close()
+
+
+@pytest.mark.parametrize("main_steps", [False, True])
+def test_step_async_and_wait_are_step_and_guard_their_order(main_steps):
+    pool = PoolVectorEnv(_fns(3), num_workers=2, main_steps=main_steps)
+    sync = SyncVectorEnv(_fns(3))
+    try:
+        _assert_same(pool.reset(seed=4), sync.reset(seed=4))
+        rng = np.random.default_rng(5)
+        for _ in range(14):  # past max_episode_steps=12: autoresets happen
+            a = rng.uniform(-1, 1, (3, 7)).astype(np.float32)
+            pool.step_async(a)
+            _assert_same(pool.step_wait(), sync.step(a))
+        pool.step_async(np.zeros((3, 7), np.float32))
+        with pytest.raises(RuntimeError, match="already pending"):
+            pool.step_async(np.zeros((3, 7), np.float32))
+        with pytest.raises(RuntimeError, match="pending"):
+            pool.reset(seed=0)
+        pool.step_wait()
+        with pytest.raises(RuntimeError, match="no step is pending"):
+            pool.step_wait()
+        pool.step_async(np.zeros((3, 7), np.float32))  # closing with a step pending hears it out
+    finally:
+        pool.close()
+        sync.close()

@@ -19,6 +19,7 @@ and `close()` ends them (terminating any that do not answer within `close_timeou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing as mp
 import pickle
@@ -214,6 +215,7 @@ class PoolVectorEnv(VectorEnv):
         self._pipes: list[Connection | None] = []
         self._processes: list[Any] = []
         self._local: SyncVectorEnv | None = None
+        self._pending: tuple[list[Any], list[int]] | None = None  # a step_async's local reply and workers to hear
         if main_steps:  # slice 0 is the main process's: no worker (its envs are built after the forks)
             self._pipes.append(None)
             self._processes.append(None)
@@ -261,6 +263,14 @@ class PoolVectorEnv(VectorEnv):
         return RuntimeError(f"PoolVectorEnv worker {w} (sub-envs {lo}..{hi - 1}) died with exit code {code}")
 
     def _broadcast(self, command: str, per_worker: Sequence[Any]) -> list[Any]:
+        local, remote = self._send(command, per_worker)
+        return local + self._gather(remote)
+
+    def _send(self, command: str, per_worker: Sequence[Any]) -> tuple[list[Any], list[int]]:
+        """`command` to every worker not skipped, the main process's own slice served meanwhile: its reply (if
+        it has a slice) and the workers whose replies are to be gathered."""
+        if self._pending is not None:
+            raise RuntimeError(f"PoolVectorEnv.{command}: a step_async is pending; call step_wait first")
         workers = [w for w, data in enumerate(per_worker) if data is not _SKIP]
         remote = [w for w in workers if self._pipes[w] is not None]
         for w in remote:
@@ -272,7 +282,7 @@ class PoolVectorEnv(VectorEnv):
         if self._local is not None and workers and workers[0] == 0:  # the main process's own slice, meanwhile
             data = per_worker[0]
             local = [_serve(self._local, self._local_views, self._shared.obs_paths, command, data)]
-        return local + self._gather(remote)
+        return local, remote
 
     def _observations(self, others: list[dict[Path, Any]]) -> Any:
         values: dict[Path, Any] = {p: self._arrays["obs:" + "/".join(p)].copy() for p in self._shared.obs_paths}
@@ -323,12 +333,27 @@ class PoolVectorEnv(VectorEnv):
         return self._last_others, infos, sizes
 
     def step(self, actions: Any):
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Start a step (as Gymnasium's `AsyncVectorEnv`): the workers step while the caller goes on (the main
+        process's own slice, with `main_steps`, is stepped here); `step_wait` returns the results."""
         actions = np.asarray(actions, dtype=self._arrays["action"].dtype)
         if actions.shape != self._arrays["action"].shape:
             raise ValueError(f"actions must have shape {self._arrays['action'].shape}, got {actions.shape}")
+        if self._pending is not None:
+            raise RuntimeError("PoolVectorEnv.step_async: a step is already pending; call step_wait first")
         self._arrays["action"][:] = actions
+        self._pending = self._send("step", [None] * self.num_workers)
+
+    def step_wait(self):
+        """The results of the step `step_async` started, once every worker has answered."""
+        if self._pending is None:
+            raise RuntimeError("PoolVectorEnv.step_wait: no step is pending; call step_async first")
+        (local, remote), self._pending = self._pending, None
         per_worker = [None] * self.num_workers
-        replies = self._broadcast("step", per_worker)
+        replies = local + self._gather(remote)
         obs_parts, info_parts, sizes = self._parts(per_worker, replies)
         return (
             self._observations(obs_parts),
@@ -356,6 +381,10 @@ class PoolVectorEnv(VectorEnv):
         return self.call("render")
 
     def close_extras(self, **kwargs: Any) -> None:
+        if getattr(self, "_pending", None) is not None:  # hear the pending step out, so no worker blocks on it
+            remote, self._pending = self._pending[1], None
+            with contextlib.suppress(Exception):
+                self._gather(remote)
         if self._local is not None:
             self._local.close()
         for pipe, process in zip(self._pipes, self._processes, strict=True):
