@@ -136,9 +136,3 @@ def test_the_expert_needs_its_envs_made_for_it():
         envs.close()
     with pytest.raises(EvalError, match="vectorization must be one of"):
         SuiteRunConfig(suite="vlagym-pick", policy="expert", vectorization="threads")
-
-
-def test_the_pool_leaves_the_caller_s_threads_alone_outside_rollouts(checkpoint, two_threads):
-    policy = CheckpointPolicy(checkpoint)
-    policy.reset(np.ones(1, bool))
-    assert torch.get_num_threads() == 2

@@ -441,6 +441,10 @@ def make_pool(
     )
 
 
+#: what ``vector_kwargs`` of `make_vec` may set for "pool" (`PoolVectorEnv`'s options)
+POOL_OPTIONS = ("autoreset_mode", "num_workers", "main_steps", "context")
+
+
 def make_vec(
     env_id: str,
     num_envs: int,
@@ -450,26 +454,28 @@ def make_vec(
     **env_kwargs: Any,
 ) -> VectorEnv:
     """`gymnasium.make_vec`, plus ``vectorization_mode="pool"``: a `PoolVectorEnv` with a worker per CPU and
-    the main process stepping a slice too (what measured fastest on 2 cores; `vlagym bench --sections vector`);
-    with one sub-env, the sync vector env (the same episodes, a copy less per step).
-
-    For "pool", `vector_kwargs` takes `autoreset_mode` (the others are Gymnasium's async/sync options).
-    """
-    if vectorization_mode != "pool" or num_envs == 1:  # a pool of one sub-env is the sync vector env
-        if vectorization_mode == "pool":
-            vectorization_mode = "sync"
-            vector_kwargs = {k: v for k, v in (vector_kwargs or {}).items() if k in ("autoreset_mode", "copy")}
+    the main process stepping a slice too (what measured fastest on 2 cores; `vlagym bench --sections vector`),
+    unless `vector_kwargs` sets `POOL_OPTIONS` otherwise; with one sub-env and no workers asked for, the sync
+    vector env (the same episodes, a copy less per step). Gymnasium's sync/async options in `vector_kwargs`
+    are dropped for "pool", `POOL_OPTIONS` but ``autoreset_mode`` kept from "sync"/"async"."""
+    options = dict(vector_kwargs or {})
+    if vectorization_mode == "pool" and num_envs == 1 and not {"num_workers", "main_steps"} & set(options):
+        vectorization_mode = "sync"  # a pool of one sub-env is the sync vector env
+        options = {k: v for k, v in options.items() if k in ("autoreset_mode", "copy")}
+    if vectorization_mode != "pool":
         return gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode=vectorization_mode,
-            vector_kwargs=vector_kwargs,
+            vector_kwargs=options,
             wrappers=list(wrappers) or None,
             **env_kwargs,
         )
-    autoreset = (vector_kwargs or {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    pool = {k: v for k, v in options.items() if k in POOL_OPTIONS}
+    pool.setdefault("num_workers", mp.cpu_count())
+    pool.setdefault("main_steps", True)
     make = functools.partial(_make_wrapped, env_id, tuple(wrappers), env_kwargs)
-    return PoolVectorEnv([make] * num_envs, mp.cpu_count(), autoreset_mode=autoreset, main_steps=True)
+    return PoolVectorEnv([make] * num_envs, **pool)
 
 
 def _make_wrapped(env_id: str, wrappers: tuple, env_kwargs: dict[str, Any]) -> gym.Env:

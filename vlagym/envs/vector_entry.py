@@ -5,33 +5,25 @@ Gymnasium's sync vector env itself.
 
 Each task is registered with ``"vlagym.envs.vector_entry:<task id>"``, a string so that specs stay JSON;
 Gymnasium looks the id up as an attribute of this module, which answers with that task's maker. The env's
-kwargs pass through, and so do `make_pool`'s ``num_workers``, ``main_steps`` and ``autoreset_mode``;
+kwargs pass through, and so do the pool's ``num_workers``, ``main_steps``, ``autoreset_mode`` and ``context``;
 ``vectorization_mode="sync"`` or ``"async"`` still gives Gymnasium's own.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
-
-import gymnasium as gym
 
 from vlagym.envs import TASKS
 
 
 def make_task_pool(env_id: str, num_envs: int, **kwargs: Any) -> Any:
-    """`make_pool` with a worker per CPU and the main process stepping a slice, unless the kwargs say otherwise;
-    one sub-env is Gymnasium's sync vector env (a pool of one has nothing to spread, and a step less to copy)."""
-    from vlagym.envs.pool import make_pool  # here: the module loads neither mujoco nor the pool until used
+    """`vlagym.envs.pool.make_vec`'s "pool" of `env_id`: `POOL_OPTIONS` among the kwargs go to the pool, the
+    rest to the env."""
+    from vlagym.envs.pool import POOL_OPTIONS, make_vec  # here: registering loads neither mujoco nor the pool
 
-    if num_envs == 1 and "num_workers" not in kwargs and "main_steps" not in kwargs:
-        autoreset = kwargs.pop("autoreset_mode", None)
-        vector_kwargs = {} if autoreset is None else {"autoreset_mode": autoreset}
-        return gym.make_vec(env_id, 1, vectorization_mode="sync", vector_kwargs=vector_kwargs, **kwargs)
-    kwargs.setdefault("num_workers", os.cpu_count() or 1)
-    kwargs.setdefault("main_steps", True)
-    return make_pool(env_id, num_envs, **kwargs)
+    options = {k: kwargs.pop(k) for k in POOL_OPTIONS if k in kwargs}
+    return make_vec(env_id, num_envs, "pool", vector_kwargs=options, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,7 @@ import contextlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -301,19 +301,13 @@ def _steps_elsewhere(envs: gym.vector.VectorEnv) -> bool:
     return isinstance(envs.unwrapped, PoolVectorEnv | gym.vector.AsyncVectorEnv)
 
 
-@contextlib.contextmanager
-def _one_torch_thread(wanted: bool) -> Iterator[None]:
+def _one_torch_thread(wanted: bool) -> contextlib.AbstractContextManager:
     """torch (if a policy loaded it) on one intra-op thread for the block when `wanted`; restored after."""
-    torch = sys.modules.get("torch")
-    if not wanted or torch is None:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    if not wanted or "torch" not in sys.modules:
+        return contextlib.nullcontext()
+    from vlagym.train.run import torch_threads  # torch is loaded already (a policy uses it)
+
+    return torch_threads(1)
 
 
 class ExpertActs(gym.Wrapper):

@@ -43,13 +43,11 @@ def run_bench(cfg: BenchConfig, on_section: Callable[[Table], None] | None = Non
 
     `on_section` is called with each section's table as soon as it is done (the CLI prints it).
     """
-    import torch
+    from vlagym.train.run import torch_threads  # here: torch loads when a run starts, not with the CLI
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
     sections: dict[str, Any] = {}
     start = time.perf_counter()
-    try:
+    with torch_threads(cfg.threads):
         with tempfile.TemporaryDirectory(prefix="vlagym-bench-") as tmp:
             work = Work(cfg, Path(tmp))
             for name in cfg.sections:
@@ -58,8 +56,6 @@ def run_bench(cfg: BenchConfig, on_section: Callable[[Table], None] | None = Non
                 sections[name] = {**table.to_dict(), "seconds": time.perf_counter() - t}
                 if on_section is not None:
                     on_section(table)
-    finally:
-        torch.set_num_threads(threads)
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -77,6 +77,19 @@ def preserved_rng() -> Iterator[None]:
         set_rng_state(saved)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `n` for the block (None: left as they are); the caller's process-wide
+    setting is restored after."""
+    threads = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 # ---------------------------------------------------------------------------- device and optimisation
 def resolve_device(name: str) -> torch.device:
     """ "auto" (CUDA when available), "cpu" or "cuda" (this process's ``LOCAL_RANK`` GPU under torchrun)."""

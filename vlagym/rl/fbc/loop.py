@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
@@ -16,6 +15,7 @@ from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.fbc.metrics import log_round
 from vlagym.rl.fbc.phases import collect, evaluate, relabel, update
 from vlagym.rl.fbc.session import Run, checkpoint_round, open_run
+from vlagym.train.run import torch_threads
 from vlagym.train.run_files import RL_CONFIG_NAME, TB_DIR
 
 logger = logging.getLogger(__name__)
@@ -27,17 +27,12 @@ def train_filtered_bc(cfg: FilteredBCConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / RL_CONFIG_NAME, cfg.to_dict())
-    threads = torch.get_num_threads()
-    if cfg.torch_threads is not None:
-        torch.set_num_threads(cfg.torch_threads)
-    try:
+    with torch_threads(cfg.torch_threads):
         run = open_run(cfg, out)
         try:
             return _rounds(run)
         finally:
             run.close()
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _rounds(run: Run) -> dict[str, Any]:

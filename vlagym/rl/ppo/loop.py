@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from vlagym.io import atomic_write_json
@@ -20,6 +19,7 @@ from vlagym.rl.ppo.build import Progress, Run, build_run
 from vlagym.rl.ppo.checkpoints import SB3_NAME, resume_run, write_checkpoint
 from vlagym.rl.ppo.config import RLConfig
 from vlagym.rl.ppo.evaluation import evaluate_run
+from vlagym.train.run import torch_threads
 from vlagym.train.run_files import RL_CONFIG_NAME, checkpoint_dir, latest_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -132,13 +132,8 @@ def train_rl(cfg: RLConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / RL_CONFIG_NAME, cfg.to_dict())
-    threads = torch.get_num_threads()
-    if cfg.torch_threads is not None:
-        torch.set_num_threads(cfg.torch_threads)
-    try:
+    with torch_threads(cfg.torch_threads):
         return _train_rl(cfg, out)
-    finally:
-        torch.set_num_threads(threads)  # the caller's process-wide setting, as it was
 
 
 def _train_rl(cfg: RLConfig, out: Path) -> dict[str, Any]:
