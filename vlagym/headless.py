@@ -49,7 +49,7 @@ def _switch_imported_mujoco_to_egl() -> None:
     MuJoCo 4.x looks the context class up each time a Renderer is created, so
     pointing it at the EGL class is enough. MuJoCo 3.x has by then loaded GLFW's
     GL entry points and cannot switch; there the first render raises a clear
-    error (see `VLAEnv._make_renderer`) and we say why now.
+    error (see `vlagym.envs.rendering.make_renderer`) and we say why now.
     """
     try:
         import mujoco

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import vlagym
-from vlagym.envs.base import INSTRUCTION_CHARSET, TASK_STATE_DIM
+from vlagym.envs.base import TASK_STATE_DIM
 from vlagym.envs.catalog import task_class
+from vlagym.envs.checks import INSTRUCTION_CHARSET
 from vlagym.envs.multitask import MULTITASK_ID
 from vlagym.envs.robot import Robot
 

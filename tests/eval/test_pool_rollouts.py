@@ -3,7 +3,6 @@ sync, with torch on one thread while the workers step (a second would spin on th
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

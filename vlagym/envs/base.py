@@ -8,14 +8,9 @@ behaves the same way.
 
 from __future__ import annotations
 
-import atexit
-import difflib
-import inspect
 import logging
 import math
-import string
 import sys
-import weakref
 from importlib import resources
 from typing import Any, ClassVar
 
@@ -24,9 +19,19 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from vlagym import headless
+from vlagym.envs.checks import (
+    INSTRUCTION_CHARSET,
+    INSTRUCTION_MAX_LENGTH,
+    as_hw,
+    check_cameras,
+    check_instruction,
+    check_xy,
+    choice_error,
+    unknown_kwarg_error,
+)
 from vlagym.envs.constants import CAMERAS, INSTRUCTION_SPLITS, OBS_MODES, RENDER_MODES, REWARD_MODES
 from vlagym.envs.objects import FreeObject
+from vlagym.envs.rendering import make_renderer
 from vlagym.envs.robot import FINGER_OPEN, HOME_QPOS, Robot
 from vlagym.envs.spaces import InstructionSpace
 from vlagym.envs.splits import SPLITS, VisualRandomizer
@@ -40,29 +45,6 @@ mujoco_logger = logging.getLogger("vlagym.mujoco")
 if mujoco.get_mju_user_warning() is None:
     mujoco.set_mju_user_warning(lambda msg: mujoco_logger.warning("MuJoCo: %s", msg.strip()))
 
-# Envs holding GL contexts are closed at interpreter exit, before MuJoCo's EGL
-# module terminates the display (it registers that at its first context, so
-# registering ours after the first renderer exists makes ours run first);
-# otherwise every Renderer.__del__ prints an EGL error on the way out.
-_LIVE_ENVS: weakref.WeakSet = weakref.WeakSet()
-_exit_hook_registered = False
-
-
-def _close_live_envs() -> None:
-    for env in list(_LIVE_ENVS):
-        env.close()
-
-
-def _track_renderer_owner(env: VLAEnv) -> None:
-    global _exit_hook_registered
-    _LIVE_ENVS.add(env)
-    if not _exit_hook_registered:
-        atexit.register(_close_live_envs)
-        _exit_hook_registered = True
-
-
-INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " ,.;:'?!-()"
-INSTRUCTION_MAX_LENGTH = 160
 MAX_OBJECTS = 5
 N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
@@ -84,12 +66,6 @@ def load_scene(objects_xml: str) -> mujoco.MjModel:
         raise RuntimeError(f"scene.xml lost its {marker!r} marker")
     xml = scene.replace(marker, objects_xml)
     return mujoco.MjModel.from_xml_string(xml, assets={"robot.xml": (assets / "robot.xml").read_bytes()})
-
-
-def _choice_error(name: str, value: Any, choices: tuple[str, ...]) -> ValueError:
-    hint = difflib.get_close_matches(str(value), choices, n=1)
-    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-    return ValueError(f"unknown {name} {value!r}{did_you_mean}; valid choices: {list(choices)}")
 
 
 class VLAEnv(gym.Env):
@@ -193,31 +169,31 @@ class VLAEnv(gym.Env):
         **unknown: Any,
     ):
         if unknown:
-            raise self._unknown_kwarg_error(next(iter(unknown)))
+            raise unknown_kwarg_error(type(self), next(iter(unknown)))
         if obs_mode not in OBS_MODES:
-            raise _choice_error("obs_mode", obs_mode, OBS_MODES)
+            raise choice_error("obs_mode", obs_mode, OBS_MODES)
         if reward_mode not in REWARD_MODES:
-            raise _choice_error("reward_mode", reward_mode, REWARD_MODES)
+            raise choice_error("reward_mode", reward_mode, REWARD_MODES)
         if split not in SPLITS:
-            raise _choice_error("split", split, SPLITS)
+            raise choice_error("split", split, SPLITS)
         implied = "heldout" if split == "heldout_paraphrase" else "train"
         if instruction_split is None:
             instruction_split = implied
         elif instruction_split not in INSTRUCTION_SPLITS:
-            raise _choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
+            raise choice_error("instruction_split", instruction_split, INSTRUCTION_SPLITS)
         elif split == "heldout_paraphrase" and instruction_split != "heldout":
             raise ValueError("split='heldout_paraphrase' uses the heldout templates; drop instruction_split='train'")
         if render_mode is not None and render_mode not in RENDER_MODES:
-            raise _choice_error("render_mode", render_mode, RENDER_MODES)
+            raise choice_error("render_mode", render_mode, RENDER_MODES)
         if render_mode == "human" and sys.platform.startswith("linux") and not has_display():
             # MuJoCo's viewer aborts the whole process when GLFW finds no display.
             raise RuntimeError(
                 "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
                 "use render_mode='rgb_array' on headless machines"
             )
-        cameras = _check_cameras(cameras)
-        self.image_size = _as_hw(image_size, "image_size")
-        self.render_size = _as_hw(render_size, "render_size")
+        cameras = check_cameras(cameras)
+        self.image_size = as_hw(image_size, "image_size")
+        self.render_size = as_hw(render_size, "render_size")
         physics_hz = round(1 / PHYSICS_TIMESTEP)
         if not isinstance(control_freq, int) or control_freq <= 0 or physics_hz % control_freq:
             raise ValueError(f"control_freq must be a positive integer dividing {physics_hz} Hz, got {control_freq!r}")
@@ -258,27 +234,12 @@ class VLAEnv(gym.Env):
         self._geom_body = self.model.geom_bodyid.tolist()
         self._slots: tuple[tuple[bool, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
-    def _unknown_kwarg_error(self, name: str) -> TypeError:
-        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        valid = sorted(
-            {
-                param
-                for cls in type(self).__mro__
-                if "__init__" in vars(cls)
-                for param, p in inspect.signature(vars(cls)["__init__"]).parameters.items()
-                if param != "self" and p.kind in named
-            }
-        )
-        hint = difflib.get_close_matches(name, valid, n=1)
-        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-        return TypeError(f"{type(self).__name__} got unknown keyword argument {name!r}{did_you_mean}; valid: {valid}")
-
     @classmethod
     def _check_reward_weights(cls, weights: dict[str, float] | None) -> dict[str, float]:
         merged = dict(cls.default_reward_weights)
         for key, value in (weights or {}).items():
             if key not in merged:
-                raise _choice_error("reward term", key, tuple(merged))
+                raise choice_error("reward term", key, tuple(merged))
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"reward weight {key!r} must be a finite non-negative number, got {value!r}")
             merged[key] = float(value)
@@ -332,12 +293,12 @@ class VLAEnv(gym.Env):
         if options.get("swap_target"):
             self._swap_target()
         if "target_xy" in options:
-            self._move_target(_check_xy(options["target_xy"]))
+            self._move_target(check_xy(options["target_xy"]))
         templates = self.templates[self.instruction_split]
         template = templates[rng.integers(len(templates))]
         self.instruction = template.format(**self.instruction_fields())
         if "instruction" in options:
-            self.instruction = self._check_instruction(options["instruction"])
+            self.instruction = check_instruction(options["instruction"])
         self.visuals.apply(rng, self.split)  # last, so layouts match across visual splits
         mujoco.mj_forward(self.model, self.data)
         self._sim_unstable = False
@@ -377,18 +338,6 @@ class VLAEnv(gym.Env):
                 "(e.g. VLA-PickCup-v0 with num_cups=3 always does)"
             )
         self.target = candidates[0]
-
-    @staticmethod
-    def _check_instruction(text: Any) -> str:
-        if not isinstance(text, str):
-            raise ValueError(f"options['instruction'] must be a string, got {type(text).__name__}")
-        bad = sorted(set(text) - set(INSTRUCTION_CHARSET))
-        if len(text) > INSTRUCTION_MAX_LENGTH or bad:
-            raise ValueError(
-                f"options['instruction'] must have at most {INSTRUCTION_MAX_LENGTH} characters from "
-                f"{INSTRUCTION_CHARSET!r}; got {len(text)} characters, invalid: {bad}"
-            )
-        return text
 
     def _check_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float64)
@@ -490,34 +439,15 @@ class VLAEnv(gym.Env):
 
     def _render_camera(self, camera: str) -> np.ndarray:
         if self._obs_renderer is None:
-            self._obs_renderer = self._make_renderer(*self.image_size)
+            self._obs_renderer = make_renderer(self, *self.image_size)
         self._obs_renderer.update_scene(self.data, camera=camera)
         return self._obs_renderer.render()
 
     # ------------------------------------------------------------------ rendering
-    def _make_renderer(self, height: int, width: int) -> mujoco.Renderer:
-        # The offscreen buffer is sized to this renderer alone: software
-        # renderers clear and resolve the whole buffer every frame, so an
-        # oversized one costs time at every step.
-        self.model.vis.global_.offheight, self.model.vis.global_.offwidth = height, width
-        advice = (
-            "MuJoCo chooses its OpenGL backend when mujoco is first imported: on a headless Linux machine set "
-            "MUJOCO_GL=egl in the environment, or import vlagym before mujoco."
-        )
-        if headless.gl_failure is not None:
-            raise RuntimeError(f"offscreen rendering is unavailable: {headless.gl_failure}. {advice}")
-        try:
-            renderer = mujoco.Renderer(self.model, height, width)
-        except Exception as err:  # mujoco raises FatalError or ImportError depending on the backend
-            headless.gl_failure = f"creating an OpenGL context failed ({err})"
-            raise RuntimeError(f"could not create an offscreen OpenGL context: {err}. {advice}") from err
-        _track_renderer_owner(self)
-        return renderer
-
     def render(self):
         if self.render_mode == "rgb_array":
             if self._render_renderer is None:
-                self._render_renderer = self._make_renderer(*self.render_size)
+                self._render_renderer = make_renderer(self, *self.render_size)
             self._render_renderer.update_scene(self.data, camera="front")
             return self._render_renderer.render()
         if self.render_mode == "human":
@@ -555,39 +485,6 @@ class VLAEnv(gym.Env):
             if g1 == pad_left or g1 == pad_right:
                 (left if g1 == pad_left else right).add(body[g0])
         return left, right
-
-
-def _check_cameras(cameras: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    cameras = (cameras,) if isinstance(cameras, str) else tuple(cameras)
-    if not cameras:
-        raise ValueError(f"cameras must name at least one camera; valid choices: {list(CAMERAS)}")
-    for cam in cameras:
-        if cam not in CAMERAS:
-            raise _choice_error("camera", cam, CAMERAS)
-    if len(set(cameras)) != len(cameras):
-        raise ValueError(f"cameras has duplicates: {list(cameras)}")
-    return cameras
-
-
-def _check_xy(value: Any) -> tuple[float, float]:
-    """`options["target_xy"]` as two finite floats."""
-    try:
-        xy = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        xy = None
-    if xy is None or xy.shape != (2,) or not np.all(np.isfinite(xy)):
-        raise ValueError(f"options['target_xy'] must be two finite numbers (x, y) in metres, got {value!r}")
-    return float(xy[0]), float(xy[1])
-
-
-def _as_hw(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        hw = (int(value), int(value))
-    else:
-        hw = tuple(int(v) for v in value)
-    if len(hw) != 2 or min(hw) < 8 or max(hw) > 2048:
-        raise ValueError(f"{name} must be an int or (height, width) between 8 and 2048, got {value!r}")
-    return hw  # type: ignore[return-value]
 
 
 __all__ = ["VLAEnv", "OBS_MODES", "CAMERAS", "FINGER_OPEN", "TABLE_HEIGHT", "load_scene"]
