@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -218,6 +219,7 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
         ("device", "tpu", "'tpu'"),
         ("batch_size", 2.5, "2.5"),
         ("bf16", "yes", "'yes'"),
+        ("preload_gb", -1.0, "-1.0"),
         ("dataset", ["missing.hdf5"], "'missing.hdf5'"),
     ],
 )
@@ -243,11 +245,19 @@ def test_resume_with_more_steps_keeps_learning(pick_demos, tmp_path):
     assert not torch.equal(before["model.head.weight"], after["model.head.weight"])
 
 
-def test_dataloader_workers_do_not_change_the_result(pick_demos, tmp_path):
-    # Batches and augmentation depend only on (seed, epoch, index), never on which process loads them.
-    results = [
-        train_bc(tiny_config(pick_demos, tmp_path / f"w{n}", steps=12, checkpoint_every=0, num_workers=n))
-        for n in (0, 2)
-    ]
-    a, b = (r["policy"].state_dict() for r in results)
-    assert_identical(a, b)
+@pytest.mark.parametrize(
+    "options",
+    [{"num_workers": 2}, {"preload_gb": 0.0}, {"preload_gb": 0.0, "num_workers": 2}],
+    ids=["workers", "from-files", "from-files-workers"],
+)
+def test_dataloader_workers_and_preloading_do_not_change_the_result(pick_demos, tmp_path, options, caplog):
+    # Batches and augmentation depend only on (seed, epoch, index), never on which process loads them or
+    # whether the demos were read into memory first (the default for demos this small).
+    with caplog.at_level(logging.INFO, logger="vlagym.train.bc"):
+        default = train_bc(tiny_config(pick_demos, tmp_path / "default", steps=12, checkpoint_every=0))
+    assert "demos preloaded" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="vlagym.train.bc"):
+        other = train_bc(tiny_config(pick_demos, tmp_path / "other", steps=12, checkpoint_every=0, **options))
+    assert ("demos preloaded" in caplog.text) == (options.get("preload_gb", 8.0) > 0)
+    assert_identical(default["policy"].state_dict(), other["policy"].state_dict())

@@ -375,3 +375,54 @@ def test_a_plain_callable_augments_each_item_in_a_batch(demo_file_factory):
     assert calls == [True] * 4  # each camera of each item, its history shared
     for index, item in zip([1, 3], batch, strict=True):
         assert torch.equal(item["observation.images.front"], 255 - plain[index]["observation.images.front"])
+
+
+# ---------------------------------------------------------------------------- preloading
+def _assert_same_items(a: list[dict], b: list[dict]) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key, value in x.items():
+            assert torch.equal(value, y[key]) if isinstance(value, torch.Tensor) else value == y[key], key
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"chunk_size": 4, "history": 1},
+        {"chunk_size": 3, "history": 3, "keys": ("proprio", "state"), "image_format": "hwc"},
+        {"chunk_size": 2, "cameras": ["wrist"], "augment": ImageAugment(), "seed": 3},
+    ],
+)
+def test_preloaded_items_equal_the_files_items(demo_file_factory, kwargs):
+    path = demo_file_factory(lengths=(5, 7), image_size=16)
+    files = DemoDataset(path, **kwargs)
+    memory = DemoDataset(path, preload=True, **kwargs)
+    assert memory.preloaded and not files.preloaded and not memory._handles  # the file is closed again
+    indices = [0, 4, 5, 11, -1, 7]
+    _assert_same_items(files.__getitems__(indices), memory.__getitems__(indices))
+    _assert_same_items([files[i] for i in indices], [memory[i] for i in indices])
+
+
+def test_preload_size_and_items_that_do_not_alias_the_memory(demo_file_factory):
+    path = demo_file_factory(lengths=(5, 7), image_size=16)
+    ds = DemoDataset(path, chunk_size=2, image_format="hwc", keys=("proprio", "state"))
+    with h5py.File(path, "r") as f:
+        demo = f["data/demo_0"]
+        per_step = sum(demo["obs"][layout.image_key(c)][0].nbytes for c in ("front", "wrist"))
+        per_step += demo["actions"][0].nbytes + demo["obs/proprio"][0].nbytes + demo["obs/state"][0].nbytes
+    assert ds.nbytes == 12 * per_step
+    assert DemoDataset(path, cameras=["wrist"]).nbytes < ds.nbytes
+    ds.preload()
+    before = ds[3]["observation.images.front"].clone()
+    ds[3]["observation.images.front"].zero_()  # a caller writing into an item
+    ds[3]["observation.proprio"].zero_()
+    assert torch.equal(ds[3]["observation.images.front"], before)
+    assert ds[3]["observation.proprio"].abs().sum() > 0
+
+
+def test_preloaded_dataset_in_dataloader_workers(demo_file):
+    ds = DemoDataset(demo_file, chunk_size=3, preload=True)
+    expected = torch.utils.data.default_collate([ds[i] for i in range(15)])
+    batches = list(DataLoader(ds, batch_size=5, num_workers=2, shuffle=False))
+    for key in ("observation.images.front", "observation.proprio", "action", "index"):
+        assert torch.equal(torch.cat([b[key] for b in batches]), expected[key]), key

@@ -226,6 +226,9 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
         augment=ImageAugment() if cfg.augment else None,
         seed=cfg.seed,
     )
+    if cfg.preload_gb > 0 and dataset.nbytes <= cfg.preload_gb * 1e9:
+        dataset.preload()
+        logger.info("demos preloaded: %.2f GB in memory", dataset.nbytes / 1e9)
     sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
     batches_per_epoch = len(sampler) // cfg.batch_size
     if batches_per_epoch == 0:

@@ -33,6 +33,14 @@ IMAGE_FORMATS = ("chw", "hwc")
 OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open (least recently used go)
 
 
+def _row_bytes(demo: h5py.Group, keys: Sequence[str], cameras: Sequence[str]) -> dict[str, int]:
+    """Bytes of one step of the arrays an item may read, by `_arrays` key."""
+    arrays = {"actions": layout.label_actions(demo)}
+    arrays.update({key: demo["obs"][key] for key in keys if key in demo["obs"]})
+    arrays.update({layout.image_key(cam): demo["obs"][layout.image_key(cam)] for cam in cameras})
+    return {k: int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for k, a in arrays.items()}
+
+
 # ---------------------------------------------------------------------------- the dataset
 class DemoDataset(Dataset):
     """One sample per (complete demo, step t) over one or more demo files.
@@ -56,6 +64,9 @@ class DemoDataset(Dataset):
             `stats` is a plain dict (a `NormStats` brings its own mode).
         seed: with a seed, sample i's augmentation depends only on (seed, epoch, i) (see `set_epoch`);
             without, it is drawn from torch's global generator (which a DataLoader seeds per worker and epoch).
+        preload: read every episode's arrays (the loaded cameras and keys, the labels) into memory at
+            construction, decoded (`nbytes` is their size), instead of reading each sample from the files. The
+            items are the same; reading them is cheaper. DataLoader workers forked later share the arrays.
 
     An item is a dict: `observation.images.<camera>` uint8 `(3, H, W)` / `(T, 3, H, W)`,
     `observation.proprio` float32 `(23,)` / `(T, 23)`, `observation.state` (if asked), `observation_is_pad`
@@ -78,6 +89,7 @@ class DemoDataset(Dataset):
         image_format: str = "chw",
         normalization: str = "mean_std",
         seed: int | None = None,
+        preload: bool = False,
     ) -> None:
         if int(chunk_size) != chunk_size or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
@@ -114,11 +126,15 @@ class DemoDataset(Dataset):
         self._pid: int | None = None
         self._handles: dict[int, h5py.File] = {}
         self._episodes: OrderedDict[int, dict[str, h5py.Dataset]] = OrderedDict()
+        self._memory: list[dict[str, np.ndarray]] | None = None
+        if preload:
+            self.preload()
 
     # -- index
     def _scan(self, cameras: Sequence[str] | None) -> None:
         """Read the episode table (attributes and shapes only) and check the files agree with each other."""
         files, demos, lengths, instructions, tasks = [], [], [], [], []
+        row_bytes: list[dict[str, int]] = []  # per episode: bytes of one step of each array
         found_cameras: list[str] | None = None
         action_dim = None
         self.num_skipped = 0
@@ -144,6 +160,7 @@ class DemoDataset(Dataset):
                     lengths.append(n)
                     instructions.append(text_attr(demo, "instruction"))
                     tasks.append(text_attr(demo, "task"))
+                    row_bytes.append(_row_bytes(demo, self.keys, here))
         if found_cameras is None:
             raise ValueError(f"no complete demos in {', '.join(map(str, self.paths))}")
         if cameras is None:
@@ -153,6 +170,11 @@ class DemoDataset(Dataset):
         if unknown:
             raise ValueError(f"cameras {cameras} not all in the demo files; available: {found_cameras}")
         self.cameras = cameras
+        wanted = {"actions", *self.keys, *(layout.image_key(cam) for cam in cameras)}
+        # Bytes of the decoded arrays an epoch reads (the loaded cameras and keys, the labels): what `preload` holds.
+        self.nbytes = sum(
+            n * sum(b for k, b in rows.items() if k in wanted) for n, rows in zip(lengths, row_bytes, strict=True)
+        )
         self.action_dim = int(action_dim)
         self.instructions, self.tasks = instructions, tasks
         self._files = np.asarray(files, dtype=np.int32)
@@ -201,8 +223,11 @@ class DemoDataset(Dataset):
         self.epoch = int(epoch)
 
     # -- per-process file handles
-    def _arrays(self, episode: int) -> dict[str, h5py.Dataset]:
-        """The HDF5 datasets of `episode` ("actions", low-dim keys, image keys), opened in this process."""
+    def _arrays(self, episode: int) -> dict[str, h5py.Dataset | np.ndarray]:
+        """The arrays of `episode` ("actions", low-dim keys, image keys): preloaded, or its HDF5 datasets opened
+        in this process."""
+        if self._memory is not None:
+            return self._memory[episode]
         pid = os.getpid()
         if self._pid != pid:
             # A forked worker inherits the parent's handles: never use them, open its own.
@@ -227,6 +252,17 @@ class DemoDataset(Dataset):
         if len(self._episodes) > OPEN_EPISODES:
             self._episodes.popitem(last=False)
         return arrays
+
+    @property
+    def preloaded(self) -> bool:
+        return self._memory is not None
+
+    def preload(self) -> None:
+        """Read every episode's arrays into memory (`nbytes` of them, decoded) and close the files; the items
+        stay the same. Call it before a DataLoader forks its workers, so that they share the arrays."""
+        if self._memory is None:
+            self._memory = [{k: v[()] for k, v in self._arrays(e).items()} for e in range(self.num_episodes)]
+            self.close()
 
     def close(self) -> None:
         """Close the files this process opened (they reopen on the next read)."""
@@ -301,7 +337,8 @@ class DemoDataset(Dataset):
         rows = np.clip(frames, 0, None) - first  # rows of the [first, t] block; early frames repeat frame 0
         for cam in self.cameras:
             block = arrays[layout.image_key(cam)][first : t + 1]
-            images = torch.from_numpy(block[rows] if self.history > 1 else block[0])
+            # A copy, never a view of preloaded memory that the caller could write into.
+            images = torch.from_numpy(block[rows] if self.history > 1 else np.array(block[0]))
             if self.augment is not None or self.image_format == "chw":
                 images = images.movedim(-1, -3).contiguous()
             item[f"observation.images.{cam}"] = images
