@@ -267,3 +267,26 @@ def test_config_round_trips_through_json():
     assert VLAConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="bogus"):
         VLAConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+def test_instruction_encoder_encodes_each_distinct_instruction_once_and_exactly(tokenizer):
+    # Deduplicated rows and trimmed padding columns must give each row's full-width encoding and the same
+    # gradients (float64, so that only the arithmetic, not the summation order, could differ).
+    policy = tiny(tokenizer, text_layers=2).double()
+    texts = ["pick up the red cup", "", "open the drawer", "pick up the red cup", "zzz qqq", "open the drawer"]
+    ids = policy.tokenize(texts)
+    assert ids.shape[1] == policy.config.max_tokens and (ids == 0).all(dim=0).any()  # some columns pad every row
+    seen, encode = [], policy.text._encode
+    policy.text._encode = lambda x: (seen.append(tuple(x.shape)), encode(x))[1]
+    fast = policy.text(ids)
+    del policy.text._encode
+    assert seen == [(4, int((ids != 0).sum(dim=1).max()))]  # 4 distinct rows, up to the longest one's end
+    full = policy.text._encode(ids)  # every row, every column
+    assert torch.allclose(fast, full, rtol=0, atol=1e-12)
+    assert torch.equal(fast[0], fast[3]) and torch.isfinite(fast[1]).all()
+    weights = torch.randn_like(full)
+    params = list(policy.text.parameters())
+    grads_fast = torch.autograd.grad((policy.text(ids) * weights).sum(), params)
+    grads_full = torch.autograd.grad((full * weights).sum(), params)
+    for a, b in zip(grads_fast, grads_full, strict=True):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

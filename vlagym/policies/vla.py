@@ -115,6 +115,15 @@ class InstructionEncoder(nn.Module):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, ids: Tensor) -> Tensor:
+        # A row's encoding depends on its own tokens alone, and padding columns past every row's last token
+        # change nothing (masked as keys, left out of the pool): encode each distinct instruction once, up to the
+        # longest one's end. A batch of demos holds few distinct instructions, so this is most of the work saved.
+        unique, inverse = torch.unique(ids, dim=0, return_inverse=True)
+        used = (unique != PAD_ID).any(dim=0).nonzero()
+        unique = unique[:, : int(used.max()) + 1 if len(used) else 1]
+        return self._encode(unique)[inverse]
+
+    def _encode(self, ids: Tensor) -> Tensor:
         pad = ids == PAD_ID
         # An all-padding row (empty instruction) would give NaN attention; let it attend to its first slot.
         pad[:, 0] &= ~pad.all(dim=1)
