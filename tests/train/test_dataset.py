@@ -420,6 +420,18 @@ def test_preload_size_and_items_that_do_not_alias_the_memory(demo_file_factory):
     assert ds[3]["observation.proprio"].abs().sum() > 0
 
 
+def test_preload_errors_name_the_problem(demo_file_factory):
+    small = demo_file_factory("small.hdf5", lengths=(3,), image_size=8)
+    large = demo_file_factory("large.hdf5", lengths=(4,), image_size=16)
+    with pytest.raises(ValueError, match="different shapes"):
+        DemoDataset([small, large], preload=True)
+    ds = DemoDataset(small, preload=True)
+    with pytest.raises(IndexError, match="sample index 3 out of range for 3 samples"):
+        ds.__getitems__([0, 3])
+    with pytest.raises(IndexError, match="out of range"):
+        ds[-4]
+
+
 def test_preloaded_dataset_in_dataloader_workers(demo_file):
     ds = DemoDataset(demo_file, chunk_size=3, preload=True)
     expected = torch.utils.data.default_collate([ds[i] for i in range(15)])

@@ -126,7 +126,7 @@ class DemoDataset(Dataset):
         self._pid: int | None = None
         self._handles: dict[int, h5py.File] = {}
         self._episodes: OrderedDict[int, dict[str, h5py.Dataset]] = OrderedDict()
-        self._memory: list[dict[str, np.ndarray]] | None = None
+        self._memory: dict[str, np.ndarray] | None = None
         if preload:
             self.preload()
 
@@ -223,11 +223,8 @@ class DemoDataset(Dataset):
         self.epoch = int(epoch)
 
     # -- per-process file handles
-    def _arrays(self, episode: int) -> dict[str, h5py.Dataset | np.ndarray]:
-        """The arrays of `episode` ("actions", low-dim keys, image keys): preloaded, or its HDF5 datasets opened
-        in this process."""
-        if self._memory is not None:
-            return self._memory[episode]
+    def _arrays(self, episode: int) -> dict[str, h5py.Dataset]:
+        """The HDF5 datasets of `episode` ("actions", low-dim keys, image keys), opened in this process."""
         pid = os.getpid()
         if self._pid != pid:
             # A forked worker inherits the parent's handles: never use them, open its own.
@@ -260,9 +257,23 @@ class DemoDataset(Dataset):
     def preload(self) -> None:
         """Read every episode's arrays into memory (`nbytes` of them, decoded) and close the files; the items
         stay the same. Call it before a DataLoader forks its workers, so that they share the arrays."""
-        if self._memory is None:
-            self._memory = [{k: v[()] for k, v in self._arrays(e).items()} for e in range(self.num_episodes)]
-            self.close()
+        if self._memory is not None:
+            return
+        # One array per key over all episodes (episode e at rows ends[e-1]:ends[e]), so that a batch is one gather.
+        episodes = [self._arrays(e) for e in range(self.num_episodes)]
+        memory = {}
+        for key in episodes[0]:
+            shapes = {a[key].shape[1:] for a in episodes}
+            if len(shapes) > 1:
+                raise ValueError(f"the demos' {key!r} arrays have different shapes {sorted(shapes)}; preload needs one")
+            dtype = np.result_type(*(a[key].dtype for a in episodes))
+            memory[key] = np.empty((len(self), *shapes.pop()), dtype=dtype)
+        starts = self._ends - self.episode_lengths
+        for e, arrays in enumerate(episodes):
+            for key, array in arrays.items():
+                memory[key][starts[e] : self._ends[e]] = array[()]
+        self._memory = memory
+        self.close()
 
     def close(self) -> None:
         """Close the files this process opened (they reopen on the next read)."""
@@ -296,8 +307,8 @@ class DemoDataset(Dataset):
         the whole batch."""
         batched = self.augment is not None and hasattr(self.augment, "draw") and hasattr(self.augment, "apply")
         items, draws = [], []
-        for index in indices:
-            item = self._read(int(index))
+        read = self._gather(indices) if self._memory is not None else [self._read(int(i)) for i in indices]
+        for item in read:
             if self.augment is not None:
                 generator = self._generator(item["index"])
                 for cam in self.cameras:
@@ -321,6 +332,47 @@ class DemoDataset(Dataset):
                 for cam in self.cameras:
                     key = f"observation.images.{cam}"
                     item[key] = item[key].movedim(-3, -1).contiguous()
+        return items
+
+    def _gather(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """`_read` of many items at once from the preloaded arrays: one gather per key (the same values)."""
+        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        index = np.where(index < 0, index + len(self), index)
+        bad = (index < 0) | (index >= len(self))
+        if bad.any():
+            raise IndexError(f"sample index {int(np.asarray(indices)[bad][0])} out of range for {len(self)} samples")
+        episode = np.searchsorted(self._ends, index, side="right")
+        n = self.episode_lengths[episode]
+        start = self._ends[episode] - n
+        t = index - start
+        frames = t[:, None] + np.arange(1 - self.history, 1)  # (B, T); early frames repeat frame 0
+        rows = start[:, None] + np.clip(frames, 0, None)
+        rows = rows if self.history > 1 else rows[:, 0]
+        batch: dict[str, torch.Tensor] = {}
+        for cam in self.cameras:
+            images = torch.from_numpy(self._memory[layout.image_key(cam)][rows])
+            if self.augment is not None or self.image_format == "chw":
+                images = images.movedim(-1, -3).contiguous()
+            batch[f"observation.images.{cam}"] = images
+        for key in self.keys:
+            x = self._memory[key][rows]
+            if self.stats is not None:
+                x = self.stats.normalize(key, x)
+            batch[f"observation.{key}"] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        if self.history > 1:
+            batch["observation_is_pad"] = torch.from_numpy(frames < 0)
+        steps = t[:, None] + np.arange(self.chunk_size)
+        actions = self._memory["actions"][start[:, None] + np.minimum(steps, n[:, None] - 1)]  # past the end: last
+        if self.stats is not None:
+            actions = self.stats.normalize("action", actions)
+        batch["action"] = torch.from_numpy(np.ascontiguousarray(actions, dtype=np.float32))
+        batch["action_is_pad"] = torch.from_numpy(steps >= n[:, None])
+        items = []
+        for i, (e, frame) in enumerate(zip(episode.tolist(), t.tolist(), strict=True)):
+            item: dict[str, Any] = {key: value[i] for key, value in batch.items()}
+            item.update(instruction=self.instructions[e], task=self.tasks[e], index=int(index[i]))
+            item.update(episode_index=e, frame_index=frame)
+            items.append(item)
         return items
 
     def _read(self, index: int) -> dict[str, Any]:
