@@ -54,7 +54,7 @@ class VLAConfig(Config):
     """"l1": regress the normalised chunk with an L1 loss; "flow": flow matching (generative)."""
     vision_channels: tuple[int, ...] = (16, 32, 64)
     """Output channels of the stride-2 conv blocks of each camera's CNN. (16, 32, 64) trains ~2x faster than
-    (32, 64, 128) on a CPU and scored the same on the quickstart (docs/speed.md, "A lighter image encoder")."""
+    (32, 64, 128) on a CPU and scored the same on the quickstart (docs/speed.md, "Training twice as fast")."""
     hidden_dim: int = 128
     """Width of the token embeddings, encoders' outputs and the trunk."""
     text_layers: int = 2
