@@ -272,7 +272,7 @@ def test_config_round_trips_through_json():
 def test_instruction_encoder_encodes_each_distinct_instruction_once_and_exactly(tokenizer):
     # Deduplicated rows and trimmed padding columns must give each row's full-width encoding and the same
     # gradients (float64, so that only the arithmetic, not the summation order, could differ).
-    policy = tiny(tokenizer, text_layers=2).double()
+    policy = tiny(tokenizer, text_layers=2).double().train()
     texts = ["pick up the red cup", "", "open the drawer", "pick up the red cup", "zzz qqq", "open the drawer"]
     ids = policy.tokenize(texts)
     assert ids.shape[1] == policy.config.max_tokens and (ids == 0).all(dim=0).any()  # some columns pad every row
@@ -290,3 +290,8 @@ def test_instruction_encoder_encodes_each_distinct_instruction_once_and_exactly(
     grads_full = torch.autograd.grad((full * weights).sum(), params)
     for a, b in zip(grads_fast, grads_full, strict=True):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+    seen.clear()
+    policy.text._encode = lambda x: (seen.append(tuple(x.shape)), encode(x))[1]
+    policy.eval().text(ids)  # acting encodes the full-width batch
+    del policy.text._encode
+    assert seen == [tuple(ids.shape)]

@@ -116,8 +116,11 @@ class InstructionEncoder(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         # A row's encoding depends on its own tokens alone, and padding columns past every row's last token
-        # change nothing (masked as keys, left out of the pool): encode each distinct instruction once, up to the
-        # longest one's end. A batch of demos holds few distinct instructions, so this is most of the work saved.
+        # change nothing (masked as keys, left out of the pool): in training, encode each distinct instruction
+        # once, up to the longest one's end (a batch of demos holds few distinct instructions). Acting keeps the
+        # full-width batch: its float results then stay those of earlier versions, whatever torch's thread count.
+        if not self.training:
+            return self._encode(ids)
         unique, inverse = torch.unique(ids, dim=0, return_inverse=True)
         used = (unique != PAD_ID).any(dim=0).nonzero()
         unique = unique[:, : int(used.max()) + 1 if len(used) else 1]
