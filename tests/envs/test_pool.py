@@ -203,7 +203,14 @@ def test_ctrl_c_ends_the_program_without_hanging(tmp_path):
         "    print('closed', flush=True)\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # A Python started with SIGINT ignored (as a shell's background job is) never raises KeyboardInterrupt:
+        # give the program the disposition a terminal's foreground job has, however the tests were launched.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout.readline().strip() == "stepping"
