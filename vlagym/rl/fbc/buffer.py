@@ -26,7 +26,6 @@ from vlagym.rl.fbc.config import ROLLOUTS_DIR
 from vlagym.rl.fbc.episodes import RolloutEpisode
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
-from vlagym.train.configs import PRELOAD_GB
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.demo_reader import complete_demos
 from vlagym.train.demo_writer import DemoEpisode, write_demo, write_header
@@ -121,7 +120,7 @@ def demo_dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) 
     """The training samples of demo (or rollout) files as `policy` reads them; None without files."""
     if not paths:
         return None
-    dataset = DemoDataset(
+    return DemoDataset(
         paths,
         chunk_size=policy.config.chunk_size,
         cameras=list(policy.config.cameras),
@@ -129,9 +128,6 @@ def demo_dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) 
         augment=ImageAugment() if augment else None,
         seed=seed,
     )
-    if dataset.nbytes <= PRELOAD_GB * 1e9:
-        dataset.preload()  # the same items, cheaper to read
-    return dataset
 
 
 # ---------------------------------------------------------------------------- batches
