@@ -77,24 +77,31 @@ def test_a_plain_evaluation_through_the_pool_has_the_sync_episodes(checkpoint, t
     assert runs["pool"] == runs["sync"] and len(runs["sync"]) == 5
 
 
-def test_a_suite_through_the_pool_has_the_sync_bundle_and_reruns_with_it(checkpoint, monkeypatch, tmp_path):
+def suite_results(monkeypatch, tmp_path, policy: str, splits: tuple[str, ...]) -> dict[str, dict]:
+    """One tiny suite of TASK run with `sync` and with `pool`: each run's results, wall times left out (they
+    differ), and its reproduction command."""
     protocol = SuiteProtocol(
-        name="tiny-pool", version="0", description="one quick task, two splits", tasks=(TASK,),
-        splits=("train", "lighting"), episodes=3, base_seed=7_000_000, horizons=((TASK, 80),),
+        name="tiny-pool", version="0", description="one quick task, two splits", tasks=(TASK,), splits=splits,
+        episodes=3, base_seed=7_000_000, horizons=((TASK, 80),),
     )  # fmt: skip
     monkeypatch.setitem(suites.SUITES, "tiny-pool", protocol)
-    bundles = {}
+    runs = {}
     for mode in ("sync", "pool"):
         cfg = SuiteRunConfig(
-            suite="tiny-pool", policy=str(checkpoint), num_envs=2, vectorization=mode, out=str(tmp_path / mode),
-            progress=False,
-        )  # fmt: skip
-        bundles[mode] = run_suite(cfg)
-        assert ("--vectorization pool" in reproduction_command(cfg)) == (mode == "pool")
-    for by_split in (bundles["pool"]["results"], bundles["sync"]["results"]):
-        for cell in by_split[TASK].values():
-            assert cell.pop("seconds") > 0  # wall time: the one field that differs
-    assert bundles["pool"]["results"] == bundles["sync"]["results"]
+            suite="tiny-pool", policy=policy, num_envs=2, vectorization=mode, out=str(tmp_path / mode), progress=False
+        )
+        results = run_suite(cfg)["results"]
+        for cell in results[TASK].values():
+            assert cell.pop("seconds") > 0
+        runs[mode] = {"results": results, "command": reproduction_command(cfg)}
+    return runs
+
+
+def test_a_suite_through_the_pool_has_the_sync_bundle_and_reruns_with_it(checkpoint, monkeypatch, tmp_path):
+    runs = suite_results(monkeypatch, tmp_path, str(checkpoint), ("train", "lighting"))
+    assert runs["pool"]["results"] == runs["sync"]["results"]
+    assert "--vectorization pool" in runs["pool"]["command"]
+    assert "--vectorization" not in runs["sync"]["command"]
 
 
 def test_the_expert_acts_inside_the_workers_with_the_sync_episodes(tmp_path):
@@ -110,20 +117,8 @@ def test_the_expert_acts_inside_the_workers_with_the_sync_episodes(tmp_path):
 
 
 def test_an_expert_suite_through_the_pool_has_the_sync_bundle(monkeypatch, tmp_path):
-    protocol = SuiteProtocol(
-        name="tiny-expert", version="0", description="one quick task, two splits", tasks=(TASK,),
-        splits=("train", "distractors"), episodes=3, base_seed=7_000_000, horizons=((TASK, 80),),
-    )  # fmt: skip
-    monkeypatch.setitem(suites.SUITES, "tiny-expert", protocol)
-    results = {}
-    for mode in ("sync", "pool"):
-        cfg = SuiteRunConfig(
-            suite="tiny-expert", policy="expert", num_envs=2, vectorization=mode, out=str(tmp_path / mode)
-        )
-        results[mode] = run_suite(cfg)["results"][TASK]
-        for cell in results[mode].values():
-            cell.pop("seconds")
-    assert results["pool"] == results["sync"]
+    runs = suite_results(monkeypatch, tmp_path, "expert", ("train", "distractors"))
+    assert runs["pool"]["results"] == runs["sync"]["results"]
 
 
 def test_the_expert_needs_its_envs_made_for_it():

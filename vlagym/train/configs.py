@@ -146,10 +146,6 @@ class DemoConfig(Config):
 
 
 # ---------------------------------------------------------------------------- behaviour cloning
-#: Demos whose decoded arrays fit in this many GB are read into memory before training (`DemoDataset.preload`).
-PRELOAD_GB = 8.0
-
-
 @dataclass
 class BCConfig(Config):
     """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
@@ -179,7 +175,7 @@ class BCConfig(Config):
     """seeds the model init, the batch order, the augmentation and the flow noise"""
     num_workers: int = 0
     """DataLoader worker processes per rank"""
-    preload_gb: float = PRELOAD_GB
+    preload_gb: float = 8.0
     """read the demos into memory, decoded, when they take at most this many GB (0: read every sample from the
     files); the batches are the same, fetched faster"""
     augment: bool = True

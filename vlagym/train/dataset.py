@@ -33,14 +33,6 @@ IMAGE_FORMATS = ("chw", "hwc")
 OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open (least recently used go)
 
 
-def _row_bytes(demo: h5py.Group, keys: Sequence[str], cameras: Sequence[str]) -> dict[str, int]:
-    """Bytes of one step of the arrays an item may read, by `_arrays` key."""
-    arrays = {"actions": layout.label_actions(demo)}
-    arrays.update({key: demo["obs"][key] for key in keys if key in demo["obs"]})
-    arrays.update({layout.image_key(cam): demo["obs"][layout.image_key(cam)] for cam in cameras})
-    return {k: int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for k, a in arrays.items()}
-
-
 # ---------------------------------------------------------------------------- the dataset
 class DemoDataset(Dataset):
     """One sample per (complete demo, step t) over one or more demo files.
@@ -134,7 +126,7 @@ class DemoDataset(Dataset):
     def _scan(self, cameras: Sequence[str] | None) -> None:
         """Read the episode table (attributes and shapes only) and check the files agree with each other."""
         files, demos, lengths, instructions, tasks = [], [], [], [], []
-        row_bytes: list[dict[str, int]] = []  # per episode: bytes of one step of each array
+        row_bytes: list[dict[str, int]] = []  # per episode: bytes of one step of each array, by `_arrays` key
         found_cameras: list[str] | None = None
         action_dim = None
         self.num_skipped = 0
@@ -154,13 +146,12 @@ class DemoDataset(Dataset):
                         # Dimensions of the arrays an item carries (and normalises), by stats key.
                         self.dims = {"action": int(action_dim)}
                         self.dims.update({k: int(obs[k].shape[1]) for k in self.keys if k in obs})
-                    self._check_demo(path, name, demo, n, here, found_cameras, action_dim)
+                    row_bytes.append(self._check_demo(path, name, demo, n, here, found_cameras, action_dim))
                     files.append(fi)
                     demos.append(demo_number(path, name))
                     lengths.append(n)
                     instructions.append(text_attr(demo, "instruction"))
                     tasks.append(text_attr(demo, "task"))
-                    row_bytes.append(_row_bytes(demo, self.keys, here))
         if found_cameras is None:
             raise ValueError(f"no complete demos in {', '.join(map(str, self.paths))}")
         if cameras is None:
@@ -185,23 +176,31 @@ class DemoDataset(Dataset):
 
     def _check_demo(
         self, path: Path, name: str, demo: h5py.Group, n: int, cameras: list[str], first: list[str], action_dim: int
-    ) -> None:
+    ) -> dict[str, int]:
+        """Check one demo against the first; returns the bytes of one step of each array an item may read, by
+        `_arrays` key (the labels, `expert_actions` where present, have the layout of `actions`)."""
         where = f"{path}:/data/{name}"
         if cameras != first:
             raise ValueError(f"{where} has cameras {cameras}, earlier demos have {first}")
-        if demo["actions"].shape != (n, action_dim):
-            raise ValueError(f"{where}/actions has shape {demo['actions'].shape}, expected {(n, action_dim)}")
+        actions, obs = demo["actions"], demo["obs"]
+        if actions.shape != (n, action_dim):
+            raise ValueError(f"{where}/actions has shape {actions.shape}, expected {(n, action_dim)}")
+        row = {"actions": action_dim * actions.dtype.itemsize}
         for key in self.keys:
-            if key not in demo["obs"]:
-                raise ValueError(f"{where}/obs has no {key!r}; it has {sorted(demo['obs'])}")
-            if demo["obs"][key].shape[0] != n:
-                raise ValueError(f"{where}/obs/{key} has {demo['obs'][key].shape[0]} steps, num_samples is {n}")
+            if key not in obs:
+                raise ValueError(f"{where}/obs has no {key!r}; it has {sorted(obs)}")
+            ds = obs[key]
+            if ds.shape[0] != n:
+                raise ValueError(f"{where}/obs/{key} has {ds.shape[0]} steps, num_samples is {n}")
+            row[key] = int(np.prod(ds.shape[1:])) * ds.dtype.itemsize
         for cam in cameras:
-            ds = demo["obs"][layout.image_key(cam)]
+            ds = obs[layout.image_key(cam)]
             if ds.dtype != np.uint8 or ds.ndim != 4 or ds.shape[0] != n or ds.shape[3] != 3:
                 raise ValueError(
                     f"{where}/obs/{layout.image_key(cam)}: {ds.shape} {ds.dtype}, expected ({n}, H, W, 3) uint8"
                 )
+            row[layout.image_key(cam)] = int(np.prod(ds.shape[1:]))
+        return row
 
     @property
     def num_episodes(self) -> int:
@@ -389,8 +388,7 @@ class DemoDataset(Dataset):
         rows = np.clip(frames, 0, None) - first  # rows of the [first, t] block; early frames repeat frame 0
         for cam in self.cameras:
             block = arrays[layout.image_key(cam)][first : t + 1]
-            # A copy, never a view of preloaded memory that the caller could write into.
-            images = torch.from_numpy(block[rows] if self.history > 1 else np.array(block[0]))
+            images = torch.from_numpy(block[rows] if self.history > 1 else block[0])
             if self.augment is not None or self.image_format == "chw":
                 images = images.movedim(-1, -3).contiguous()
             item[f"observation.images.{cam}"] = images
