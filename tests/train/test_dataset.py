@@ -16,8 +16,16 @@ from torch.utils.data import DataLoader
 
 from vlagym.train import augment as augment_module
 from vlagym.train import layout
-from vlagym.train.augment import AugmentDraw, ImageAugment
-from vlagym.train.dataset import DemoDataset, compute_stats, load_or_compute_stats, stats_path, to_norm_stats
+from vlagym.train.augment import NUM_UNIFORMS, ImageAugment
+from vlagym.train.configs import AugmentConfig
+from vlagym.train.dataset import (
+    DemoDataset,
+    compute_stats,
+    counter_uniforms,
+    load_or_compute_stats,
+    stats_path,
+    to_norm_stats,
+)
 from vlagym.wrappers.normalize import NormStats
 
 
@@ -277,11 +285,11 @@ def test_augment_apply_of_many_draws_equals_one_call_per_draw():
     one_by_one = torch.stack(
         [aug(images[i], generator=torch.Generator().manual_seed(i), shared=True) for i in range(6)]
     )
-    draws = [aug.draw(1, 20, 20, torch.Generator().manual_seed(i)) for i in range(6)]
-    assert len({box[2:4] for d in draws for box in d.boxes}) > 1  # crops of several sizes in one batch
-    assert torch.equal(aug.apply(images, AugmentDraw.cat(draws)), one_by_one)
+    draws = np.concatenate([aug.draw(1, torch.Generator().manual_seed(i)) for i in range(6)])
+    assert len(set(aug.views(draws, 20, 20)[:, 0].tolist())) == 6  # zooms of several sizes in one batch
+    assert torch.equal(aug.apply(images, draws), one_by_one)
     with pytest.raises(ValueError, match="draws"):
-        aug.apply(images, AugmentDraw.cat(draws[:5]))
+        aug.apply(images, draws[:5])
 
 
 def test_augment_keeps_orientation():
@@ -296,9 +304,12 @@ def test_augment_keeps_orientation():
     moved = geometry(img.expand(64, 3, 32, 32), generator=torch.Generator().manual_seed(4)).int()
     assert not torch.equal(moved, img.expand(64, 3, 32, 32).int())
     assert torch.all(moved[:, 0, :, 1:] >= moved[:, 0, :, :-1]) and torch.all(moved[:, 1, 1:, :] >= moved[:, 1, :-1, :])
-    for top, left, h, w, dy, dx in geometry.sample_boxes(1000, 32, 24, torch.Generator().manual_seed(0)):
-        assert 0 <= top <= top + h <= 32 and 0 <= left <= left + w <= 24 and max(abs(dy), abs(dx)) <= 4
-        assert 0.5 - 0.1 <= h * w / (32 * 24) <= 1.0
+    scale, centre_y, centre_x = geometry.views(geometry.draw(1000, torch.Generator().manual_seed(0)), 32, 24).T
+    assert np.all((np.sqrt(0.5) <= scale) & (scale <= 1.0)) and scale.min() < 0.75 and scale.max() > 0.98
+    # The zoomed area lies in the image; the shift moves it by at most 4 output pixels (2 * 4 / size normalised).
+    assert np.all(np.abs(centre_y) <= 1.0 - scale + scale * 8.0 / 32 + 1e-9)
+    assert np.all(np.abs(centre_x) <= 1.0 - scale + scale * 8.0 / 24 + 1e-9)
+    assert np.abs(centre_x).max() > 0.3
 
 
 def test_augment_has_no_flip_or_rotation_op():
@@ -312,12 +323,31 @@ def test_augment_identity_settings_and_validation():
     img = _gradient_image()
     identity = ImageAugment(crop_scale=None, shift_px=0, brightness=0, contrast=0, saturation=0, hue=0)
     assert torch.equal(identity(img), img)
+    # A zoom of the whole image that stays put resamples every pixel at its own centre: the same image.
+    still = ImageAugment(crop_scale=(1.0, 1.0), shift_px=3, brightness=0, contrast=0, saturation=0, hue=0)
+    assert torch.equal(still.apply(img[None], np.full((1, NUM_UNIFORMS), 0.5)), img[None])
+    shifted = still.apply(img[None], np.array([[0.5, 0.5, 0.5, 0.5, 1.0, 0.5, 0.5, 0.5, 0.5]]))  # 3 px right
+    assert torch.equal(shifted[0, :, :, 3:], img[:, :, :-3])
+    assert torch.equal(shifted[0, :, :, :3], img[:, :, :1].expand(3, 32, 3))  # the border extended
+    config = AugmentConfig(brightness=0.3)
+    assert ImageAugment(config).brightness == 0.3 and ImageAugment(config, brightness=0.2).brightness == 0.2
     with pytest.raises(TypeError, match="uint8"):
         identity(img.float())
     with pytest.raises(ValueError, match="crop_scale"):
         ImageAugment(crop_scale=(0.0, 1.0))
     with pytest.raises(ValueError, match="hue"):
         ImageAugment(hue=0.7)
+    with pytest.raises(ValueError, match="shift_px"):
+        AugmentConfig(shift_px=-1)
+
+
+def test_counter_uniforms_depend_on_key_counter_and_column_only():
+    u = counter_uniforms([1, 0, 0], np.arange(20000), 3)
+    assert u.shape == (20000, 3) and 0.0 <= u.min() and u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 0.01 and abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.03
+    assert np.array_equal(counter_uniforms([1, 0, 0], np.array([7, 3]), 3), u[[7, 3]])  # not on the others
+    assert not np.array_equal(counter_uniforms([1, 1, 0], np.array([7]), 3), u[[7]])
+    assert not np.array_equal(counter_uniforms([2, 0, 0], np.array([7]), 3), u[[7]])
 
 
 def test_dataset_augments_each_camera_and_sample_independently(demo_file_factory):

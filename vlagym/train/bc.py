@@ -223,7 +223,7 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
         chunk_size=cfg.policy.chunk_size,
         cameras=list(cfg.policy.cameras),
         keys=("proprio",),
-        augment=ImageAugment() if cfg.augment else None,
+        augment=ImageAugment(cfg.augmentation) if cfg.augment else None,
         seed=cfg.seed,
     )
     if cfg.preload_gb > 0 and dataset.nbytes <= cfg.preload_gb * 1e9:

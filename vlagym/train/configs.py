@@ -147,6 +147,41 @@ class DemoConfig(Config):
 
 # ---------------------------------------------------------------------------- behaviour cloning
 @dataclass
+class AugmentConfig(Config):
+    """The random image augmentation of training (`vlagym.train.augment.ImageAugment`): a zoom and shift of the
+    view, then colour jitter, drawn independently for every camera of every sample. Never a mirror or a turn (a
+    mirrored image would flip the meaning of left/right actions)."""
+
+    crop_scale: tuple[float, float] = (0.9, 1.0)
+    """(min, max) fraction of the image area the view is zoomed in to (aspect kept, anywhere in the image);
+    (1, 1) turns zooming off"""
+    shift_px: float = 0.0
+    """then move the view by up to this many pixels on each axis (sub-pixel, borders extended)"""
+    brightness: float = 0.1
+    """multiply by a factor in [1 - brightness, 1 + brightness]"""
+    contrast: float = 0.1
+    """blend with the image's mean gray by a factor in [1 - contrast, 1 + contrast]"""
+    saturation: float = 0.1
+    """blend with each pixel's gray by a factor in [1 - saturation, 1 + saturation]"""
+    hue: float = 0.02
+    """turn the colours by up to this fraction of a full turn (0.5: 180 degrees), either way"""
+
+    def __post_init__(self) -> None:
+        crop = self.crop_scale
+        ok = isinstance(crop, (tuple, list)) and len(crop) == 2
+        ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in crop)
+        if not ok or not 0.0 < crop[0] <= crop[1] <= 1.0:
+            raise ValueError(f"crop_scale must be (min, max) with 0 < min <= max <= 1, got {crop!r}")
+        self.crop_scale = (float(crop[0]), float(crop[1]))
+        check_float("shift_px", self.shift_px, 0.0)
+        for name in ("brightness", "contrast", "saturation"):
+            check_float(name, getattr(self, name), 0.0, 1.0)
+        check_float("hue", self.hue, 0.0, 0.5)
+        for name in ("shift_px", "brightness", "contrast", "saturation", "hue"):
+            setattr(self, name, float(getattr(self, name)))
+
+
+@dataclass
 class BCConfig(Config):
     """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
 
@@ -179,7 +214,9 @@ class BCConfig(Config):
     """read the demos into memory, decoded, when they take at most this many GB (0: read every sample from the
     files); the batches are the same, fetched faster"""
     augment: bool = True
-    """random crop and colour jitter of the images (`ImageAugment`; never mirrored or rotated)"""
+    """augment the images (zoom, shift and colour jitter, as `augmentation` says)"""
+    augmentation: AugmentConfig = field(default_factory=AugmentConfig)
+    """the image augmentation's ranges (an `AugmentConfig`, or its dict)"""
     eval_every: int = 0
     """evaluate the success rate every this many steps and at the end (0: never)"""
     eval_episodes: int = 10
@@ -216,6 +253,10 @@ class BCConfig(Config):
             self.policy = VLAConfig.from_dict(self.policy)
         if not isinstance(self.policy, VLAConfig):
             raise ValueError(f"policy must be a VLAConfig or its dict, got {self.policy!r}")
+        if isinstance(self.augmentation, dict):
+            self.augmentation = AugmentConfig.from_dict(self.augmentation)
+        if not isinstance(self.augmentation, AugmentConfig):
+            raise ValueError(f"augmentation must be an AugmentConfig or its dict, got {self.augmentation!r}")
         self._check_numbers()
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")

@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 from vlagym.train import layout
-from vlagym.train.augment import AugmentDraw
+from vlagym.train.augment import NUM_UNIFORMS
 from vlagym.train.demo_reader import PathLike, as_paths, complete_demos, data_group, demo_number, text_attr
 from vlagym.train.stats import LOWDIM_KEYS, Stats, compute_stats, load_or_compute_stats, stats_path, to_norm_stats
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
@@ -34,6 +34,21 @@ OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open 
 
 
 # ---------------------------------------------------------------------------- the dataset
+def counter_uniforms(key: Sequence[int], counters: np.ndarray, k: int) -> np.ndarray:
+    """`(len(counters), k)` uniforms in [0, 1): entry (i, j) depends only on (`key`, counters[i], j).
+
+    A counter-based generator (SplitMix64's mixing of a Weyl sequence), vectorised: one sample's draws come
+    out the same whichever other samples share its batch, at a few microseconds per batch instead of a
+    seeded generator per sample."""
+    base = np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]
+    z = np.asarray(counters, dtype=np.uint64).reshape(-1, 1) * np.uint64(k) + np.arange(k, dtype=np.uint64)
+    z = base + z * np.uint64(0x9E3779B97F4A7C15)  # integer arrays wrap silently
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 class DemoDataset(Dataset):
     """One sample per (complete demo, step t) over one or more demo files.
 
@@ -48,13 +63,15 @@ class DemoDataset(Dataset):
             observations with, by the wrappers' `NormStats` maps; `None` (default) returns raw values.
             Normalising inside the policy (statistics in its buffers) is preferred; this is for policies
             that do not.
-        augment: applied to each camera's uint8 `(3, H, W)` (or `(T, 3, H, W)`) image as
-            `augment(images, generator=g, shared=True)` (e.g. `ImageAugment`); the history frames of one
-            camera share a draw, cameras and samples each get their own. Use for training only.
+        augment: applied to each camera's uint8 `(3, H, W)` (or `(T, 3, H, W)`) images: an `ImageAugment`
+            (or anything with its `apply(images, uniforms)`) gets the whole batch of a camera at once;
+            any other callable is called as `augment(images, generator=g, shared=True)` per item. The history
+            frames of one camera share a draw, cameras and samples each get their own. Use for training only.
         image_format: `"chw"` (default, torch) or `"hwc"` (as stored) for the image tensors.
         normalization: `"mean_std"`, `"min_max"` or `"quantile"` (see `vlagym.wrappers.normalize`), used when
             `stats` is a plain dict (a `NormStats` brings its own mode).
-        seed: with a seed, sample i's augmentation depends only on (seed, epoch, i) (see `set_epoch`);
+        seed: with a seed, sample i's augmentation depends only on (seed, epoch, i) (see `set_epoch`), not on the
+            other samples of its batch;
             without, it is drawn from torch's global generator (which a DataLoader seeds per worker and epoch).
         preload: read every episode's arrays (the loaded cameras and keys, the labels) into memory at
             construction, decoded (`nbytes` is their size), instead of reading each sample from the files. The
@@ -289,6 +306,7 @@ class DemoDataset(Dataset):
 
     # -- items
     def _generator(self, index: int) -> torch.Generator:
+        """Sample `index`'s generator, for an augmentation without `apply` (a plain callable)."""
         if self.seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         else:
@@ -296,42 +314,42 @@ class DemoDataset(Dataset):
             seed = (int(words[0]) << 31) ^ int(words[1])
         return torch.Generator().manual_seed(seed)
 
+    def _uniforms(self, indices: np.ndarray, camera: int, k: int) -> np.ndarray:
+        """`(len(indices), k)` uniforms in [0, 1) for camera number `camera` of the samples `indices`: with a
+        seed, a function of (seed, epoch, index, camera) alone; without, from torch's global generator."""
+        if self.seed is None:
+            return torch.rand(len(indices), k, dtype=torch.float64).numpy()
+        return counter_uniforms([self.seed, self.epoch, camera], indices, k)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """The items `indices`, as ``[self[i] for i in indices]`` gives them; torch's DataLoader fetches a batch
-        through this. Each sample's augmentation is drawn from its own generator, and with an augmentation
-        that separates drawing from the pixel work (`ImageAugment`), the pixel work runs once per camera for
-        the whole batch."""
-        batched = self.augment is not None and hasattr(self.augment, "draw") and hasattr(self.augment, "apply")
-        items, draws = [], []
+        through this. With an augmentation that takes its draws as uniforms (`ImageAugment.apply`), each
+        sample's draws depend on (seed, epoch, index, camera) alone and the pixel work runs once per camera for
+        the whole batch; a plain callable augments item by item, from each sample's own generator."""
         read = self._gather(indices) if self._memory is not None else [self._read(int(i)) for i in indices]
-        for item in read:
-            if self.augment is not None:
-                generator = self._generator(item["index"])
-                for cam in self.cameras:
-                    key = f"observation.images.{cam}"
-                    if batched:
-                        height, width = item[key].shape[-2:]
-                        draws.append(self.augment.draw(1, height, width, generator))
-                    else:
-                        item[key] = self.augment(item[key], generator=generator, shared=True)
-            items.append(item)
-        if batched and items:
-            for c, cam in enumerate(self.cameras):
-                key = f"observation.images.{cam}"
-                images = self.augment.apply(
-                    torch.stack([item[key] for item in items]), AugmentDraw.cat(draws[c :: len(self.cameras)])
-                )
-                for item, image in zip(items, images, strict=True):
+        if self.augment is None or not read:
+            return read
+        keys = [f"observation.images.{cam}" for cam in self.cameras]
+        if hasattr(self.augment, "apply"):
+            index = np.array([item["index"] for item in read], dtype=np.int64)
+            for c, key in enumerate(keys):
+                images = torch.stack([item[key] for item in read])
+                images = self.augment.apply(images, self._uniforms(index, c, NUM_UNIFORMS))
+                for item, image in zip(read, images, strict=True):
                     item[key] = image
-        if self.image_format == "hwc" and self.augment is not None:
-            for item in items:
-                for cam in self.cameras:
-                    key = f"observation.images.{cam}"
+        else:
+            for item in read:
+                generator = self._generator(item["index"])
+                for key in keys:
+                    item[key] = self.augment(item[key], generator=generator, shared=True)
+        if self.image_format == "hwc":
+            for item in read:
+                for key in keys:
                     item[key] = item[key].movedim(-3, -1).contiguous()
-        return items
+        return read
 
     def _gather(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """`_read` of many items at once from the preloaded arrays: one gather per key (the same values)."""
