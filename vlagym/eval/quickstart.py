@@ -41,7 +41,7 @@ class QuickstartConfig:
     """parallel sub-envs for collection and evaluation"""
     image_size: int = 64
     """camera image side, for the demos and the policy"""
-    steps: int = 8000
+    steps: int = 5000
     """behaviour-cloning optimiser steps"""
     batch_size: int = 64
     """behaviour-cloning batch size"""
