@@ -1,6 +1,6 @@
 """The whole loop on built-in defaults: scripted demos -> behaviour cloning -> evaluation.
 
-    vlagym quickstart            # about 20 minutes on a 2-core laptop CPU
+    vlagym quickstart            # about 15 minutes on a 2-core laptop CPU
 
 Every stage writes into one run folder (demos.hdf5, bc/ with checkpoints and
 TensorBoard logs, eval/ and eval_heldout/ with results and videos), and the

@@ -151,7 +151,8 @@ class AugmentConfig(Config):
     """The random image augmentation of training (`vlagym.train.augment.ImageAugment`): a zoom and shift of the
     view, then colour jitter, drawn independently for every camera of every sample. Never a mirror or a turn (a
     mirrored image would flip the meaning of left/right actions). The defaults are wide enough for the
-    `lighting` and `camera` splits (docs/speed.md, "Robust to light and camera"), drawn from no held-out range."""
+    `lighting` and `camera` splits without drawing from their held-out ranges (docs/speed.md, "A quicker, more
+    robust quickstart")."""
 
     crop_scale: tuple[float, float] = (0.8, 1.0)
     """(min, max) fraction of the image area the view is zoomed in to (aspect kept, anywhere in the image);
