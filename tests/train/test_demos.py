@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import vlagym
+from vlagym.envs.catalog import explicit_kwargs
 from vlagym.eval.expert import expert_outcomes
 from vlagym.train import layout
 from vlagym.train.demos import CONFIG_SUFFIX, DemoConfig, DemoError, collect_demos
@@ -373,6 +374,16 @@ def test_resume_continues_from_the_next_seed(pick_k1, tmp_path):
     assert_same_content(pick_k1, path)
     again = collect(path, resume=True)
     assert again.episodes == 0 and again.demos == EPISODES
+
+
+def test_resume_takes_the_env_defaults_spelled_out_or_not(pick_k1, tmp_path):
+    path = tmp_path / "r.hdf5"
+    collect(path, episodes=2)  # env_kwargs {}, as the quickstart writes them
+    summary = collect(path, resume=True, env_kwargs={"split": "train", "instruction_split": None})  # the CLI's
+    assert (summary.first_episode, summary.demos) == (2, EPISODES)
+    assert_same_content(pick_k1, path)
+    spelled_out = {"split": "train", "cameras": ["front", "wrist"], "image_size": 32, "max_steps": 7}
+    assert explicit_kwargs(TASK, spelled_out) == {"image_size": 32, "max_steps": 7}
 
 
 def test_resume_drops_incomplete_demos(pick_k1, tmp_path):

@@ -6,6 +6,10 @@ and a test checks they are current, so the documentation cannot drift from the c
 
 from __future__ import annotations
 
+import inspect
+import json
+from typing import Any
+
 import gymnasium as gym
 
 from vlagym.envs import TASKS
@@ -18,6 +22,21 @@ def task_class(env_id: str) -> type:
     if isinstance(entry_point, str):
         return gym.envs.registration.load_env_creator(entry_point)
     return entry_point
+
+
+def explicit_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` without the entries that equal the env's own defaults (its registered kwargs, then the keyword
+    defaults of its class's `__init__`s), compared as JSON: the same env whether a default was spelled out or
+    not, e.g. ``{"split": "train"}`` and ``{}``."""
+    defaults: dict[str, Any] = {}
+    for cls in reversed(task_class(env_id).__mro__):
+        if "__init__" in vars(cls):
+            for name, p in inspect.signature(vars(cls)["__init__"]).parameters.items():
+                if p.default is not inspect.Parameter.empty:
+                    defaults[name] = p.default
+    defaults.update(gym.spec(env_id).kwargs)
+    as_json = json.loads(json.dumps(defaults, default=repr))
+    return {k: v for k, v in kwargs.items() if k not in as_json or json.loads(json.dumps(v)) != as_json[k]}
 
 
 def example_instruction(env_id: str, seed: int = 0) -> str:

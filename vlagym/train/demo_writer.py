@@ -38,6 +38,7 @@ import mujoco
 import numpy as np
 
 import vlagym
+from vlagym.envs.catalog import explicit_kwargs
 from vlagym.io import atomic_write_json
 from vlagym.train import layout
 from vlagym.train.configs import CONFIG_SUFFIX, DemoConfig, DemoError
@@ -53,7 +54,6 @@ SAME_ON_RESUME = (
     "obs_mode",
     "image_size",
     "cameras",
-    "env_kwargs",
     "keep_failures",
     "compression",
     "action_noise",
@@ -235,7 +235,7 @@ def _check_resumable(path: Path, cfg: DemoConfig) -> None:
     except (OSError, KeyError, DatasetError) as e:  # pragma: no cover - check_dataset reports these first
         raise DemoError(f"cannot resume {path}: {e}") from e
     wanted = json.loads(json.dumps(cfg.make_kwargs()))
-    if env_id != cfg.task or env_kwargs != wanted:
+    if env_id != cfg.task or explicit_kwargs(env_id, env_kwargs) != explicit_kwargs(env_id, wanted):
         raise DemoError(
             f"cannot resume {path}: it holds {env_id} demos made with env kwargs {env_kwargs}, "
             f"this run asks for {cfg.task} with {wanted}"
