@@ -9,6 +9,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vlagym.cli import EXIT_OK, EXIT_USAGE, main, parse_config
+from vlagym.train.configs import AugmentConfig
 
 TINY = ["--rounds", "1", "--episodes-per-round", "1", "--n-envs", "1", "--eval-episodes", "1", "--device", "cpu"]
 
@@ -58,6 +59,13 @@ def test_the_recipe_parses_to_its_config(bc_checkpoint):
     assert (cfg.rounds, cfg.max_minutes, cfg.group_size, cfg.weighting, cfg.gamma) == (15, 45, 4, "state", 0.95)
     assert (cfg.max_gripper_reopens, cfg.lr, cfg.lr_schedule, cfg.hindsight) == (0, 3e-4, "cosine", True)
     assert (cfg.close_delays, cfg.augment, cfg.max_close_distance, cfg.torch_threads) == ([2, 4, 6, 8], False, 0.04, 2)
+
+
+def test_the_augmentation_ranges_are_train_bcs_and_settable(bc_checkpoint):
+    base = ["train-fbc", "--policy", str(bc_checkpoint), "--group-size", "4"]
+    assert parse_config(base).augmentation == AugmentConfig()
+    cfg = parse_config([*base, "--brightness", "0.2", "--crop-scale", "0.7", "1.0"])
+    assert (cfg.augmentation.brightness, cfg.augmentation.crop_scale) == (0.2, (0.7, 1.0))
 
 
 @pytest.mark.parametrize(

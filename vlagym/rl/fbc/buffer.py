@@ -26,6 +26,7 @@ from vlagym.rl.fbc.config import ROLLOUTS_DIR
 from vlagym.rl.fbc.episodes import RolloutEpisode
 from vlagym.train import layout
 from vlagym.train.augment import ImageAugment
+from vlagym.train.configs import AugmentConfig
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.demo_reader import complete_demos
 from vlagym.train.demo_writer import DemoEpisode, write_demo, write_header
@@ -116,8 +117,9 @@ def read_sample_weights(path: str | os.PathLike) -> np.ndarray:
         return np.array([float(data[n].attrs.get(WEIGHT_ATTR, 1.0)) for n in complete_demos(data, Path(path))])
 
 
-def demo_dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) -> DemoDataset | None:
-    """The training samples of demo (or rollout) files as `policy` reads them; None without files."""
+def demo_dataset(paths: list[str], policy: VLAPolicy, augment: AugmentConfig | None, seed: int) -> DemoDataset | None:
+    """The training samples of demo (or rollout) files as `policy` reads them, augmented by `augment` (None:
+    not augmented); None without files."""
     if not paths:
         return None
     return DemoDataset(
@@ -125,7 +127,7 @@ def demo_dataset(paths: list[str], policy: VLAPolicy, augment: bool, seed: int) 
         chunk_size=policy.config.chunk_size,
         cameras=list(policy.config.cameras),
         keys=("proprio",),
-        augment=ImageAugment() if augment else None,
+        augment=None if augment is None else ImageAugment(augment),
         seed=seed,
     )
 

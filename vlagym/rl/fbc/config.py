@@ -16,6 +16,7 @@ from typing import Any, Literal
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
 from vlagym.rl.common import check_task_and_env_kwargs
+from vlagym.train.configs import AugmentConfig
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,9 @@ class FilteredBCConfig(Config):
     demo_fraction: float = 0.5
     """share of each batch drawn from the demos (the rest from the successes); ignored without demos"""
     augment: bool = True
-    """random crop and colour jitter of the training images, as `vlagym train-bc`"""
+    """augment the training images (zoom, shift and colour jitter, as `augmentation` says), as `vlagym train-bc`"""
+    augmentation: AugmentConfig = field(default_factory=AugmentConfig)
+    """the image augmentation's ranges (an `AugmentConfig`, or its dict); the defaults are `train-bc`'s"""
     prefetch: bool = True
     """draw (read, augment) the next batches in a background thread while the current update runs; the
     batches are the same either way"""
@@ -186,6 +189,10 @@ class FilteredBCConfig(Config):
         meta = self._check_source()
         self._check_numbers()
         self._check_choices()
+        if isinstance(self.augmentation, dict):
+            self.augmentation = AugmentConfig.from_dict(self.augmentation)
+        if not isinstance(self.augmentation, AugmentConfig):
+            raise ValueError(f"augmentation must be an AugmentConfig or its dict, got {self.augmentation!r}")
         self._resolve_demos(meta.get("extra") or {})
         collect = (self.collect_seed, self.collect_seed + self.rounds * self.episodes_per_round)
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)

@@ -152,7 +152,7 @@ def update(run: Run, r: int) -> Updated:
     t0 = time.perf_counter()
     cfg, policy = run.cfg, run.policy
     paths = [str(rollout_path(run.out, k)) for k in run.progress.success_rounds]
-    buffer = demo_dataset(paths, policy, cfg.augment, cfg.seed + 1)
+    buffer = demo_dataset(paths, policy, cfg.augmentation if cfg.augment else None, cfg.seed + 1)
     for dataset in (run.demos, buffer):
         if dataset is not None:
             dataset.set_epoch(r)

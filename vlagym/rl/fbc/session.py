@@ -95,7 +95,7 @@ def open_run(cfg: FilteredBCConfig, out: Path) -> Run:
         "bc_sha256": file_sha256(Path(cfg.policy) / WEIGHTS_NAME),
     }
     optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
-    demos = demo_dataset(cfg.demos, policy, cfg.augment, cfg.seed)
+    demos = demo_dataset(cfg.demos, policy, cfg.augmentation if cfg.augment else None, cfg.seed)
     last = latest_checkpoint(out) if cfg.resume else None
     if last is not None:
         progress = _resume(last, out, policy, optimizer, extra["bc_sha256"], cfg.policy)
