@@ -43,6 +43,16 @@ class Config:
         return cls(**values)
 
 
+def nested_config(name: str, value: Any, cls: type[C]) -> C:
+    """A nested config field's value as a `cls`: given as one, or as its dict; a `ValueError` naming `name`
+    otherwise."""
+    if isinstance(value, dict):
+        value = cls.from_dict(value)
+    if not isinstance(value, cls):
+        raise ValueError(f"{name} must be a {cls.__name__} or its dict, got {value!r}")
+    return value
+
+
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """{field name: its docstring} of a dataclass and its bases, read from the source (empty where none)."""

@@ -221,6 +221,8 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
         ("bf16", "yes", "'yes'"),
         ("preload_gb", -1.0, "-1.0"),
         ("dataset", ["missing.hdf5"], "'missing.hdf5'"),
+        ("augmentation", "wide", "'wide'"),
+        ("policy", 3, "3"),
     ],
 )
 def test_bad_config_raises_quoting_the_value(pick_demos, tmp_path, field, value, quoted):

@@ -330,7 +330,7 @@ def test_augment_identity_settings_and_validation():
     assert torch.equal(shifted[0, :, :, 3:], img[:, :, :-3])
     assert torch.equal(shifted[0, :, :, :3], img[:, :, :1].expand(3, 32, 3))  # the border extended
     config = AugmentConfig(brightness=0.3)
-    assert ImageAugment(config).brightness == 0.3 and ImageAugment(config, brightness=0.2).brightness == 0.2
+    assert ImageAugment(config).config == config and ImageAugment(config, brightness=0.2).config.brightness == 0.2
     with pytest.raises(TypeError, match="uint8"):
         identity(img.float())
     with pytest.raises(ValueError, match="crop_scale"):

@@ -41,20 +41,18 @@ class ImageAugment:
         if overrides.get("crop_scale", ()) is None:  # None: no zoom
             overrides["crop_scale"] = (1.0, 1.0)
         self.config = AugmentConfig(**{**(config or AugmentConfig()).to_dict(), **overrides})  # checks the ranges
-        c = self.config
-        self.crop_scale, self.shift_px = c.crop_scale, c.shift_px
-        self.brightness, self.contrast, self.saturation, self.hue = c.brightness, c.contrast, c.saturation, c.hue
 
     def __repr__(self) -> str:
         return f"ImageAugment({self.config!r})"
 
     @property
     def has_geometry(self) -> bool:
-        return self.crop_scale != (1.0, 1.0) or self.shift_px > 0
+        return self.config.crop_scale != (1.0, 1.0) or self.config.shift_px > 0
 
     @property
     def has_color(self) -> bool:
-        return self.brightness > 0 or self.contrast > 0 or self.saturation > 0 or self.hue > 0
+        c = self.config
+        return c.brightness > 0 or c.contrast > 0 or c.saturation > 0 or c.hue > 0
 
     def draw(self, n: int, generator: torch.Generator | None = None) -> np.ndarray:
         """`n` draws `(n, NUM_UNIFORMS)` from `generator` (torch's global one when None)."""
@@ -66,23 +64,24 @@ class ImageAugment:
         source at (centre_y + scale * y, centre_x + scale * x). The zoomed area lies inside the image; the
         shift (in output pixels) may move it past the border, whose pixels are then extended."""
         u = np.asarray(uniforms, dtype=np.float64)
-        lo, hi = self.crop_scale
+        lo, hi = self.config.crop_scale
         scale = np.sqrt(lo + (hi - lo) * u[:, 0])  # area fraction -> side fraction, aspect ratio kept
         centre_y = (2.0 * u[:, 1] - 1.0) * (1.0 - scale)
         centre_x = (2.0 * u[:, 2] - 1.0) * (1.0 - scale)
-        shift_y = (2.0 * u[:, 3] - 1.0) * self.shift_px
-        shift_x = (2.0 * u[:, 4] - 1.0) * self.shift_px
+        shift_y = (2.0 * u[:, 3] - 1.0) * self.config.shift_px
+        shift_x = (2.0 * u[:, 4] - 1.0) * self.config.shift_px
         # Moving the content by +d output pixels reads the source d pixels (2d / size normalised) earlier.
         return np.stack([scale, centre_y - scale * 2.0 * shift_y / height, centre_x - scale * 2.0 * shift_x / width], 1)
 
     def color_params(self, uniforms: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per draw: a `(n, 3, 3)` RGB matrix (brightness, contrast gain, saturation, hue), brightness, contrast."""
         # numpy for the per-image algebra: a dozen tiny torch ops would cost more than the pixels.
+        c = self.config
         u = 2.0 * np.asarray(uniforms, dtype=np.float64)[:, 5:] - 1.0  # in [-1, 1]
-        brightness = 1.0 + self.brightness * u[:, 0]
-        contrast = 1.0 + self.contrast * u[:, 1]
-        saturation = 1.0 + self.saturation * u[:, 2]
-        angle = self.hue * 2.0 * math.pi * u[:, 3]
+        brightness = 1.0 + c.brightness * u[:, 0]
+        contrast = 1.0 + c.contrast * u[:, 1]
+        saturation = 1.0 + c.saturation * u[:, 2]
+        angle = c.hue * 2.0 * math.pi * u[:, 3]
         cos, sin = np.cos(angle) * saturation, np.sin(angle) * saturation
         yiq = np.zeros((len(u), 3, 3))
         yiq[:, 0, 0] = 1.0

@@ -15,7 +15,7 @@ from typing import Any
 
 import vlagym
 from vlagym.checks import check_float, check_int
-from vlagym.config import Config
+from vlagym.config import Config, nested_config
 from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.policies.config import VLAConfig
 from vlagym.train import layout
@@ -251,14 +251,8 @@ class BCConfig(Config):
         for path in self.dataset:
             if not Path(path).is_file():
                 raise ValueError(f"dataset file {path!r} does not exist")
-        if isinstance(self.policy, dict):
-            self.policy = VLAConfig.from_dict(self.policy)
-        if not isinstance(self.policy, VLAConfig):
-            raise ValueError(f"policy must be a VLAConfig or its dict, got {self.policy!r}")
-        if isinstance(self.augmentation, dict):
-            self.augmentation = AugmentConfig.from_dict(self.augmentation)
-        if not isinstance(self.augmentation, AugmentConfig):
-            raise ValueError(f"augmentation must be an AugmentConfig or its dict, got {self.augmentation!r}")
+        self.policy = nested_config("policy", self.policy, VLAConfig)
+        self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
         self._check_numbers()
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")

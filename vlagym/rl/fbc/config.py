@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vlagym.checks import check_float, check_int
-from vlagym.config import Config
+from vlagym.config import Config, nested_config
 from vlagym.rl.common import check_task_and_env_kwargs
 from vlagym.train.configs import AugmentConfig
 
@@ -189,10 +189,7 @@ class FilteredBCConfig(Config):
         meta = self._check_source()
         self._check_numbers()
         self._check_choices()
-        if isinstance(self.augmentation, dict):
-            self.augmentation = AugmentConfig.from_dict(self.augmentation)
-        if not isinstance(self.augmentation, AugmentConfig):
-            raise ValueError(f"augmentation must be an AugmentConfig or its dict, got {self.augmentation!r}")
+        self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
         self._resolve_demos(meta.get("extra") or {})
         collect = (self.collect_seed, self.collect_seed + self.rounds * self.episodes_per_round)
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
