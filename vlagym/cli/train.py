@@ -1,4 +1,4 @@
-"""`vlagym train-bc`, `train-fbc`, `train-rl` and `quickstart`: learning a policy, and the whole loop."""
+"""`vlagym train-bc`, `train-fbc`, `train-rl`, `train-residual` and `quickstart`: learning a policy, and the loop."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from vlagym.cli.options import option_values
 from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.ppo.config import RLConfig
+from vlagym.rl.residual.config import ResidualConfig
 from vlagym.train.configs import BCConfig
 
 DEPRECATED_ALGO = "filtered-bc"  # `train-rl --algo filtered-bc` became `train-fbc` (kept for one release)
@@ -133,6 +134,28 @@ def cmd_train_rl(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def residual_config(args: argparse.Namespace) -> ResidualConfig:
+    """The `ResidualConfig` of `vlagym train-residual` options."""
+    return _with_task(ResidualConfig, args)
+
+
+def cmd_train_residual(args: argparse.Namespace) -> int:
+    from vlagym.rl.residual import train_residual
+
+    cfg = residual_config(args)
+    result = _post_train(cfg, train_residual)
+    t = result["timing"]
+    print(
+        f"trained {result['timesteps']} timesteps in {result['train_minutes']:.1f} min "
+        f"(sub-envs {t['env_s'] / 60:.1f} min, base inference {t['base_s'] / 60:.1f} min)"
+    )
+    print(f"teacher success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
+    print(f"teacher: {result['checkpoint']}")
+    out = Path(cfg.out)
+    print(f"learning curve: {out / 'eval' / 'curve.json'}; logs: {out / 'tb'} (tensorboard --logdir {out / 'tb'})")
+    return EXIT_OK
+
+
 def forward_deprecated(argv: Sequence[str]) -> list[str]:
     """``train-rl --algo filtered-bc ...`` → ``train-fbc ...`` with a warning on stderr (one release)."""
     argv = list(argv)
@@ -203,3 +226,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(p, RLConfig, aliases={"total_timesteps": ["--timesteps"]})
     p.set_defaults(handler=cmd_train_rl, config=rl_config)
+    p = sub.add_parser(
+        "train-residual",
+        help="residual RL on a frozen BC checkpoint (SAC on privileged state)",
+        description="Train a small bounded residual by SAC on top of a frozen VLA checkpoint: the residual acts "
+        "every control step on the simulator's state and the base's action (Policy Decorator-style warm-up and "
+        "progressive exploration). Writes teacher checkpoints (base + residual) and their success curve.",
+    )
+    add_options(p, ResidualConfig, aliases={"total_timesteps": ["--timesteps"]})
+    p.set_defaults(handler=cmd_train_residual, config=residual_config)

@@ -1,0 +1,200 @@
+"""Residual RL on a frozen VLA: the env, the agent's changes to SAC, the teacher, exact resume, the CLI."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vlagym
+from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.rollout import make_rollout_envs, run_episodes
+from vlagym.rl.residual import ResidualConfig
+from vlagym.rl.residual.agent import LayerNormCritic
+from vlagym.rl.residual.loop import env_kwargs, residual_probability, train_residual
+from vlagym.rl.residual.teacher import load_teacher
+from vlagym.rl.residual.venv import ResidualVecEnv, apply_residual
+
+TINY_RUN = dict(
+    n_envs=2,
+    vectorization="sync",
+    total_timesteps=120,
+    warmup_steps=40,
+    critic_warmup_updates=10,
+    exploration_steps=40,
+    checkpoint_every=60,
+    eval_every=0,
+    eval_episodes=2,
+    batch_size=16,
+    buffer_size=400,
+    hidden=[32, 32],
+    progress=False,
+)
+
+
+def tiny_config(bc_checkpoint, out, **overrides) -> ResidualConfig:
+    return ResidualConfig(policy=str(bc_checkpoint), out=str(out), **{**TINY_RUN, **overrides})
+
+
+def make_venv(bc_checkpoint, n=2, seed=0, **kwargs) -> ResidualVecEnv:
+    base = CheckpointPolicy(bc_checkpoint)
+    cfg = tiny_config(bc_checkpoint, "unused")
+    envs = make_rollout_envs(cfg.task, n, "sync", **env_kwargs(cfg, base))
+    return ResidualVecEnv(envs, base, alpha=0.1, seed=seed, **kwargs)
+
+
+def test_apply_residual_is_bounded_and_leaves_the_gripper():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(-1, 1, (64, 7)).astype(np.float32)
+    residual = rng.uniform(-5, 5, (64, 6)).astype(np.float32)  # out of range: clipped to [-1, 1] first
+    out = apply_residual(base, residual, alpha=0.2)
+    assert np.all(np.abs(out[:, :6] - base[:, :6]) <= 0.2 + 1e-6)
+    assert np.all(np.abs(out) <= 1.0)
+    np.testing.assert_array_equal(out[:, 6], base[:, 6])
+
+
+def test_zero_residual_reproduces_the_base_policys_episodes(bc_checkpoint):
+    """With the residual forced to zero the env executes the base's actions: the same episodes as `vlagym eval`."""
+    seeds = [0, 1, 2]
+    venv = make_venv(bc_checkpoint, n=1)
+    try:
+        venv.reset()
+        lengths, successes = [], []
+        while len(lengths) < len(seeds):
+            _, _, done, infos = venv.step(np.zeros((1, 6), np.float32))
+            if done[0]:
+                lengths.append(infos[0]["episode"]["l"])
+                successes.append(infos[0]["is_success"])
+    finally:
+        venv.close()
+    base = CheckpointPolicy(bc_checkpoint)
+    envs = make_rollout_envs("VLA-PickCup-v0", 1, "sync", **base.env_kwargs)
+    try:
+        records = run_episodes(envs, base, seeds, base.reset, progress=False)
+    finally:
+        envs.close()
+    assert lengths == [r.length for r in records]
+    assert successes == [r.success for r in records]
+
+
+def test_venv_keys_episodes_by_seed_and_reports_truncation(bc_checkpoint):
+    venv = make_venv(bc_checkpoint, n=2, seed=7)
+    try:
+        obs = venv.reset()
+        assert obs.shape == (2, venv.observation_space.shape[0])
+        assert venv.next_seed == 9  # sub-envs 0 and 1 took seeds 7 and 8
+        done_infos = []
+        for _ in range(120):  # past the 100-step time limit
+            _, reward, done, infos = venv.step(np.ones((2, 6), np.float32))
+            assert np.all(reward <= 0.0)
+            done_infos += [info for d, info in zip(done, infos, strict=True) if d]
+        assert done_infos
+        for info in done_infos:
+            assert info["terminal_observation"].shape == obs.shape[1:]
+            assert not (info["TimeLimit.truncated"] and info["is_success"])  # a success ends the episode
+        assert venv.next_seed == 9 + len(done_infos)
+    finally:
+        venv.close()
+
+
+def test_episodes_with_the_residual_off_execute_the_base(bc_checkpoint):
+    venv = make_venv(bc_checkpoint, n=2)
+    try:
+        venv.residual_probability = 0.0
+        venv.reset()
+        assert not venv.residual_on.any()
+        executed = []
+        original = venv.envs.step
+        venv.envs.step = lambda a: (executed.append(np.array(a)), original(a))[1]
+        base_action = venv._base_action.copy()
+        venv.step(np.ones((2, 6), np.float32))
+        np.testing.assert_array_equal(executed[0], base_action)
+    finally:
+        venv.close()
+
+
+def test_critic_has_layer_norm_and_the_residual_starts_at_zero(bc_checkpoint, tmp_path):
+    from vlagym.rl.residual.teacher import make_policy
+
+    policy = make_policy(obs_dim=20, residual_dims=6, hidden=[16, 16])
+    assert isinstance(policy.critic, LayerNormCritic)
+    for q in policy.critic.q_networks:
+        assert sum(isinstance(m, torch.nn.LayerNorm) for m in q) == 2
+    obs = torch.randn(5, 20)
+    assert torch.equal(policy.actor(obs, deterministic=True), torch.zeros(5, 6))
+
+
+def test_progressive_exploration_schedule():
+    cfg = ResidualConfig.__new__(ResidualConfig)
+    cfg.warmup_steps, cfg.exploration_steps = 100, 200
+    assert residual_probability(cfg, 50) == 0.0
+    assert residual_probability(cfg, 200) == pytest.approx(0.5)
+    assert residual_probability(cfg, 1000) == 1.0
+    cfg.exploration_steps = 0
+    assert residual_probability(cfg, 0) == 1.0
+
+
+def test_tiny_run_end_to_end_and_its_teacher(bc_checkpoint, tmp_path):
+    result = train_residual(tiny_config(bc_checkpoint, tmp_path / "run"))
+    assert result["timesteps"] == 120
+    ckpt = Path(result["checkpoint"])
+    curve = json.loads((tmp_path / "run" / "eval" / "curve.json").read_text())
+    assert [p["timesteps"] for p in curve] == [120]
+    assert list((tmp_path / "run" / "checkpoints").glob("step_*/replay.npz")) == [ckpt / "replay.npz"]
+    teacher = load_teacher(ckpt)
+    envs = make_rollout_envs(teacher.task, 2, "sync", **teacher.env_kwargs)
+    try:
+        records = run_episodes(envs, teacher, [300_000, 300_001], teacher.reset, progress=False)
+    finally:
+        envs.close()
+    assert len(records) == 2 and teacher.alpha == 0.2
+
+
+def test_resume_continues_the_same_run(bc_checkpoint, tmp_path):
+    whole = train_residual(tiny_config(bc_checkpoint, tmp_path / "whole"))
+    train_residual(tiny_config(bc_checkpoint, tmp_path / "cut", total_timesteps=60))  # "killed" after a segment
+    resumed = train_residual(tiny_config(bc_checkpoint, tmp_path / "cut", resume=True))
+    a = torch.load(Path(whole["checkpoint"]) / "training_state.pt", weights_only=True)
+    b = torch.load(Path(resumed["checkpoint"]) / "training_state.pt", weights_only=True)
+    assert a["venv"]["next_seed"] == b["venv"]["next_seed"]
+    for name, params in a["params"]["policy"].items():
+        assert torch.equal(params, b["params"]["policy"][name]), name
+    assert torch.equal(a["log_ent_coef"], b["log_ent_coef"])
+
+
+def test_teacher_refuses_changed_base_weights(bc_checkpoint, tmp_path):
+    import shutil
+
+    from rl_helpers import make_bc_checkpoint
+
+    base = tmp_path / "base"
+    shutil.copytree(bc_checkpoint, base)
+    result = train_residual(tiny_config(base, tmp_path / "run", total_timesteps=60, checkpoint_every=60))
+    make_bc_checkpoint(base, seed=1)  # other weights at the same path
+    with pytest.raises(ValueError, match="no longer holds"):
+        load_teacher(result["checkpoint"])
+
+
+def test_residual_rl_imports_no_scripted_expert():
+    """Post-training sees only the success signal and the simulator state: no module of the package imports an
+    expert (vlagym.envs.expert, the tasks' expert code or the eval's expert adapters)."""
+    package = Path(vlagym.__file__).parent / "rl" / "residual"
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            assert not any("expert" in n.lower() for n in names), (path.name, names)
+
+
+def test_cli_train_residual_bad_input_is_a_usage_error(bc_checkpoint, capsys):
+    from vlagym.cli import main
+
+    assert main(["train-residual", "--policy", str(bc_checkpoint), "--alpha", "0"]) == 2
+    assert "alpha" in capsys.readouterr().err

@@ -1,0 +1,146 @@
+"""`ResidualConfig`: the options of `train_residual` (`vlagym train-residual`), checked on construction.
+
+This module imports neither torch nor mujoco or stable-baselines3: the CLI generates its options (and ``--help``)
+from the dataclass. Reading the base checkpoint's config imports torch inside ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlagym.checks import check_float, check_int
+from vlagym.config import Config
+from vlagym.rl.common import check_task_and_env_kwargs
+from vlagym.train.configs import DEVICES
+
+VECTORIZATION_MODES = ("sync", "pool")
+RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "render_mode", "image_size", "cameras")
+
+
+@dataclass
+class ResidualConfig(Config):
+    """Options of `train_residual` (and `vlagym train-residual`); saved as ``OUT/residual_config.json``."""
+
+    policy: str = ""
+    """the frozen base: a VLA checkpoint folder (model.safetensors + config.json)"""
+    task: str | None = None
+    """registered env id; None: the checkpoint's task"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra env kwargs, added to the checkpoint's (e.g. {"num_cups": 1})"""
+    out: str = "runs/residual"
+    """run folder: config, TensorBoard logs, checkpoints, evaluations"""
+    total_timesteps: int = 100_000
+    """env steps summed over the sub-envs (one control step each)"""
+    max_minutes: float | None = None
+    """also stop once training has run this many minutes (evaluations excluded, resumed runs included); the
+    final checkpoint and evaluation are still written. None: no time limit"""
+    n_envs: int = 8
+    """parallel sub-envs; the base acts on all of them as one batch"""
+    vectorization: str = "pool"
+    """"sync" or "pool" (`vlagym.envs.pool`: a worker per CPU stepping a slice of the sub-envs)"""
+    alpha: float = 0.2
+    """bound of the residual: the executed action is clip(base + alpha * r, -1, 1) with r in [-1, 1]"""
+    residual_gripper: bool = False
+    """the residual also acts on the gripper (else the base's gripper command is executed as it is)"""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """hidden widths of the actor and of each critic"""
+    lr: float = 3e-4
+    """learning rate of actor, critics and entropy coefficient"""
+    batch_size: int = 256
+    """minibatch size of the updates"""
+    buffer_size: int = 300_000
+    """replay buffer size (transitions)"""
+    gamma: float = 0.99
+    """discount per control step"""
+    tau: float = 0.005
+    """target critics' soft-update rate"""
+    gradient_steps: int = 1
+    """updates per vector step (update-to-data ratio: gradient_steps / n_envs)"""
+    ent_coef_init: float = 0.05
+    """initial entropy coefficient (SAC tunes it toward the target entropy)"""
+    warmup_steps: int = 4000
+    """timesteps collected by the base alone (residual off) before any update"""
+    critic_warmup_updates: int = 2000
+    """critic-only updates on the warm-up transitions, before the actor learns"""
+    exploration_steps: int = 20_000
+    """progressive exploration: after the warm-up, the probability that an episode uses the residual rises
+    linearly from 0 to 1 over this many timesteps (0: always on)"""
+    seed: int = 0
+    """seeds the networks and the updates; training episode k runs from seed + k"""
+    eval_every: int = 20_000
+    """evaluate the teacher (base + deterministic residual) every this many timesteps and at the end (0: only at
+    the end)"""
+    eval_episodes: int = 100
+    """episodes per evaluation; episode i uses seed eval_seed + i, as `vlagym eval`"""
+    eval_seed: int = 200_000
+    """first seed of the evaluation episodes (never a training seed)"""
+    checkpoint_every: int = 10_000
+    """write a checkpoint every this many timesteps (and at the end); a checkpoint restarts every sub-env's
+    episode, so a resumed run continues exactly as an uninterrupted one"""
+    device: str = "cpu"
+    """"auto" (CUDA when available), "cpu" or "cuda" for the residual's networks (the base runs on the CPU)"""
+    torch_threads: int | None = 1
+    """CPU threads of torch in this process (None: torch's default); 1 leaves the other core to the env worker"""
+    resume: bool = False
+    """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ValueError("residual RL needs a base VLA checkpoint folder (policy)")
+        from vlagym.policies.checkpoint import read_checkpoint_config  # torch: only when a config is built
+
+        self.policy = str(self.policy)
+        meta = read_checkpoint_config(self.policy)
+        if not self.task:
+            self.task = (meta.get("extra") or {}).get("env_id")
+            if not self.task:
+                raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
+        self.task = check_task_and_env_kwargs(
+            self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the observation settings are the checkpoint's"
+        )
+        if self.vectorization not in VECTORIZATION_MODES:
+            raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        for name, low in (
+            ("total_timesteps", 1),
+            ("n_envs", 1),
+            ("batch_size", 2),
+            ("buffer_size", 1),
+            ("gradient_steps", 1),
+            ("warmup_steps", 0),
+            ("critic_warmup_updates", 0),
+            ("exploration_steps", 0),
+            ("seed", 0),
+            ("eval_every", 0),
+            ("eval_episodes", 1),
+            ("eval_seed", 0),
+            ("checkpoint_every", 1),
+        ):
+            check_int(name, getattr(self, name), low)
+        if self.torch_threads is not None:
+            check_int("torch_threads", self.torch_threads, 1)
+        check_float("alpha", self.alpha, 0.0, 2.0, low_open=True)
+        check_float("lr", self.lr, 0.0, low_open=True)
+        check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_float("tau", self.tau, 0.0, 1.0, low_open=True)
+        check_float("ent_coef_init", self.ent_coef_init, 0.0, low_open=True)
+        if self.max_minutes is not None:
+            check_float("max_minutes", self.max_minutes, 0.0, low_open=True)
+        self.hidden = list(self.hidden)
+        for w in self.hidden:
+            check_int("each hidden entry", w, 1)
+        for name in ("residual_gripper", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        # Every training episode takes a new seed, at most one per timestep.
+        train = (self.seed, self.seed + self.total_timesteps + self.n_envs)
+        evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
+        if train[0] < evals[1] and evals[0] < train[1]:
+            raise ValueError(
+                f"the training episodes' seeds {train[0]}..{train[1] - 1} may reach the evaluation seeds "
+                f"{evals[0]}..{evals[1] - 1}: move seed or eval_seed"
+            )
