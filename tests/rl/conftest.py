@@ -64,8 +64,9 @@ def demo_file(tmp_path_factory):
 def expert_rollouts(tmp_path_factory, bc_checkpoint):
     """Three successful expert episodes (seeds 0, 1, 2), recorded by the collection envs (2 sub-envs) and written
     as a rollout file: (records, episodes, path)."""
-    from vlagym.rl.fbc.buffer import write_rollouts
-    from vlagym.rl.fbc.collect import collect_round, make_collection_envs
+    from vlagym.rl.collection.files import write_rollouts
+    from vlagym.rl.collection.rollouts import collect_round
+    from vlagym.rl.fbc.collect import make_collection_envs
     from vlagym.rl.fbc.config import FilteredBCConfig
 
     envs = make_collection_envs(FilteredBCConfig(policy=str(bc_checkpoint), n_envs=2, demos=[]), ENV)

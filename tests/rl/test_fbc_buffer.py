@@ -8,8 +8,9 @@ import pytest
 from rl_helpers import ENV, TASK
 
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, VLAPolicy
-from vlagym.rl.fbc.buffer import Mixture, Prefetch, draw, read_sample_weights, write_rollouts
-from vlagym.rl.fbc.episodes import gripper_reopens
+from vlagym.rl.collection.episodes import gripper_reopens
+from vlagym.rl.collection.files import write_rollouts
+from vlagym.rl.fbc.buffer import Mixture, Prefetch, draw, read_sample_weights
 from vlagym.train.dataset import DemoDataset
 from vlagym.train.validate import check_dataset
 

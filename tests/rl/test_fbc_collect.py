@@ -12,9 +12,10 @@ from vlagym.eval.configs import EvalConfig
 from vlagym.eval.evaluate import evaluate
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.policies.vla import VLAPolicy
+from vlagym.rl.collection.rollouts import collect_round
 from vlagym.rl.fbc import FilteredBCConfig
 from vlagym.rl.fbc.buffer import success_weights
-from vlagym.rl.fbc.collect import NoisyVLA, collect_round, make_collection_envs, round_seeds
+from vlagym.rl.fbc.collect import NoisyVLA, make_collection_envs, round_seeds
 from vlagym.train.validate import check_dataset
 
 

@@ -10,9 +10,11 @@ import h5py
 import numpy as np
 from rl_helpers import ENV, TASK
 
+from vlagym.rl.collection.files import write_rollouts
+from vlagym.rl.collection.rollouts import collect_round
 from vlagym.rl.fbc import FilteredBCConfig
-from vlagym.rl.fbc.buffer import success_weights, write_rollouts
-from vlagym.rl.fbc.collect import collect_round, make_collection_envs
+from vlagym.rl.fbc.buffer import success_weights
+from vlagym.rl.fbc.collect import make_collection_envs
 from vlagym.train.validate import check_dataset
 
 

@@ -19,9 +19,9 @@ from vlagym.eval.configs import EvalConfig
 from vlagym.eval.diagnostics import OUTCOMES
 from vlagym.eval.evaluate import evaluate
 from vlagym.policies.vla import VLAPolicy
+from vlagym.rl.collection.episodes import gripper_reopens
 from vlagym.rl.fbc import FilteredBCConfig, train_filtered_bc
 from vlagym.rl.fbc.buffer import read_sample_weights, rollout_path
-from vlagym.rl.fbc.episodes import gripper_reopens
 from vlagym.rl.fbc.loop import out_of_time
 from vlagym.rl.fbc.phases import lr_at
 from vlagym.train.run_files import latest_checkpoint

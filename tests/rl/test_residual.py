@@ -198,3 +198,41 @@ def test_cli_train_residual_bad_input_is_a_usage_error(bc_checkpoint, capsys):
 
     assert main(["train-residual", "--policy", str(bc_checkpoint), "--alpha", "0"]) == 2
     assert "alpha" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher(bc_checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("teacher")
+    return Path(train_residual(tiny_config(bc_checkpoint, out, total_timesteps=60))["checkpoint"])
+
+
+def distill_config(teacher, out, **overrides):
+    from vlagym.rl.residual import DistillConfig
+
+    kwargs = dict(episodes=2, steps=3, batch_size=4, eval_episodes=1, n_envs=2, vectorization="sync", progress=False)
+    return DistillConfig(teacher=str(teacher), out=str(out), **{**kwargs, **overrides})
+
+
+def test_distill_trains_a_student_vla_on_the_teachers_successes(tiny_teacher, tmp_path, monkeypatch):
+    from rl_helpers import ExpertActor
+
+    from vlagym.rl.residual import distillation as distill_module
+
+    real = distill_module.collect_round
+    # The tiny random base never succeeds: the test's teacher acts with the scripted expert (tests only).
+    monkeypatch.setattr(
+        distill_module, "collect_round", lambda envs, actor, seeds, progress: real(envs, ExpertActor(envs), seeds)
+    )
+    summary = distill_module.distill(distill_config(tiny_teacher, tmp_path / "d"))
+    assert summary["teacher"] == {**summary["teacher"], "episodes": 2, "successes": 2}
+    student = CheckpointPolicy(summary["student"]["checkpoint"])  # an ordinary VLA checkpoint
+    assert student.env_kwargs["obs_mode"] == "rgb"
+    assert 0.0 <= summary["student"]["success_rate"] <= 1.0
+    assert (tmp_path / "d" / "eval" / "results.json").is_file()
+
+
+def test_distill_refuses_a_teacher_without_successes(tiny_teacher, tmp_path):
+    from vlagym.rl.residual import distill
+
+    with pytest.raises(ValueError, match="succeeded in none"):
+        distill(distill_config(tiny_teacher, tmp_path / "d"))

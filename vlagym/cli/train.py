@@ -1,4 +1,4 @@
-"""`vlagym train-bc`, `train-fbc`, `train-rl`, `train-residual` and `quickstart`: learning a policy, and the loop."""
+"""`vlagym train-bc`, `train-fbc`, `train-rl`, `train-residual`, `distill`, `quickstart`: learning a policy."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from vlagym.cli.options import option_values
 from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.ppo.config import RLConfig
-from vlagym.rl.residual.config import ResidualConfig
+from vlagym.rl.residual.config import DistillConfig, ResidualConfig
 from vlagym.train.configs import BCConfig
 
 DEPRECATED_ALGO = "filtered-bc"  # `train-rl --algo filtered-bc` became `train-fbc` (kept for one release)
@@ -156,6 +156,19 @@ def cmd_train_residual(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_distill(args: argparse.Namespace) -> int:
+    from vlagym.rl.residual import distill
+
+    cfg = config_from_args(DistillConfig, args)
+    summary = _post_train(cfg, distill)
+    teacher, student, t = summary["teacher"], summary["student"], summary["seconds"]
+    print(f"teacher: {teacher['successes']} of {teacher['episodes']} episodes succeeded (kept as demos)")
+    print(f"student success rate: {100 * student['success_rate']:.1f}%")
+    print(f"time: collection {t['collect']:.0f} s, training {t['train']:.0f} s, evaluation {t['evaluate']:.0f} s")
+    print(f"checkpoint: {student['checkpoint']}")
+    return EXIT_OK
+
+
 def forward_deprecated(argv: Sequence[str]) -> list[str]:
     """``train-rl --algo filtered-bc ...`` → ``train-fbc ...`` with a warning on stderr (one release)."""
     argv = list(argv)
@@ -235,3 +248,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(p, ResidualConfig, aliases={"total_timesteps": ["--timesteps"]})
     p.set_defaults(handler=cmd_train_residual, config=residual_config)
+    p = sub.add_parser(
+        "distill",
+        help="clone a residual teacher's behaviour into an image-only VLA",
+        description="Run a train-residual teacher (base VLA + residual) on fresh seeds, keep its successful "
+        "episodes as demos and train a VLA of the base's architecture on them by behaviour cloning; evaluate it.",
+    )
+    add_options(p, DistillConfig)
+    p.set_defaults(handler=cmd_distill, config=lambda args: config_from_args(DistillConfig, args))

@@ -19,8 +19,8 @@ A run folder ``OUT``:
     OUT/checkpoints/last.json           the latest complete checkpoint
     OUT/eval/step_<n>/, OUT/eval/curve.json    the evaluations, with the `vlagym eval` protocol
 
-The modules, in the order a round uses them: `config`, `collect` (the noisy actor and the collection envs),
-`recorder` (records and replays inside each sub-env), `episodes`, `buffer` (rollout files, batches),
+The modules, in the order a round uses them: `config`, `collect` (the noisy actor and the collection envs, whose
+recorders and round runner are `vlagym.rl.collection`'s, shared with the other methods), `buffer` (batches),
 `phases` (collect → relabel → update → evaluate), `session` (the run's state, resume, checkpoints),
 `metrics` (logging), `loop`. Importing this package imports no torch: `train_filtered_bc` loads on first use.
 """

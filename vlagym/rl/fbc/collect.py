@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,11 +21,9 @@ from gymnasium.vector import AutoresetMode
 
 from vlagym.envs.pool import make_vec
 from vlagym.eval.adapters import episode_noise_generator
-from vlagym.eval.rollout import EpisodeRecord, run_episodes
 from vlagym.policies.vla import VLAPolicy
+from vlagym.rl.collection.recorder import RolloutRecorder
 from vlagym.rl.fbc.config import FilteredBCConfig
-from vlagym.rl.fbc.episodes import Replay, RolloutEpisode
-from vlagym.rl.fbc.recorder import DELAY_KEY, HINDSIGHT_KEY, RECORD_KEY, RolloutRecorder
 from vlagym.train.demo_collector import ignore_sigint
 
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
@@ -117,46 +115,3 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
     states = cfg.episodes_per_round // cfg.group_size
     first = cfg.collect_seed + round_ * states
     return [first + k for k in range(states) for _ in range(cfg.group_size)]
-
-
-class Collection(NamedTuple):
-    """What `collect_round` gathered, each list in seed order."""
-
-    records: list[EpisodeRecord]
-    """every episode's record (outcome, length, ...)"""
-    successes: list[RolloutEpisode]
-    """the successful episodes"""
-    hindsight: list[Replay]
-    """each failed episode's hindsight replay (when the recorders run them)"""
-    delayed: list[Replay]
-    """each failed episode's delayed-close replays (when the recorders run them)"""
-
-
-def collect_round(envs: gym.vector.VectorEnv, actor: NoisyVLA, seeds: list[int], progress: bool = False) -> Collection:
-    """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
-    come in an order of their content, so that the result does not depend on which sub-env finished first."""
-    wanted = set(seeds)
-    found: dict[str, dict[int, list[Any]]] = {RECORD_KEY: {}, HINDSIGHT_KEY: {}, DELAY_KEY: {}}
-
-    def on_step(info: dict[str, Any]) -> None:
-        for key, into in found.items():
-            if key not in info:
-                continue
-            for i in np.flatnonzero(info.get(f"_{key}", np.ones(len(info[key]), bool))):
-                item = info[key][i]
-                if isinstance(item, (RolloutEpisode, Replay)) and item.seed in wanted:  # not a throw-away episode
-                    into.setdefault(item.seed, []).append(item)
-
-    actor.new_round()  # count the tries of each seed afresh
-    records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
-    episodes, replays, delays = found[RECORD_KEY], found[HINDSIGHT_KEY], found[DELAY_KEY]
-    for tries in episodes.values():
-        tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
-    for tries in (*replays.values(), *delays.values()):
-        tries.sort(key=Replay.order)
-    successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
-    hindsight, delayed = (
-        [by_seed[r.seed].pop(0) for r in records if not r.success and by_seed.get(r.seed)]
-        for by_seed in (replays, delays)
-    )
-    return Collection(records, successes, hindsight, delayed)

@@ -21,6 +21,9 @@ import numpy as np
 import torch
 
 from vlagym.io import atomic_write_json
+from vlagym.rl.collection.episodes import RolloutEpisode, gripper_reopens, near_closes, without_reopens
+from vlagym.rl.collection.files import write_rollouts
+from vlagym.rl.collection.rollouts import Collection, collect_round
 from vlagym.rl.fbc.buffer import (
     Mixture,
     Prefetch,
@@ -28,11 +31,9 @@ from vlagym.rl.fbc.buffer import (
     read_sample_weights,
     rollout_path,
     success_weights,
-    write_rollouts,
 )
-from vlagym.rl.fbc.collect import Collection, collect_round, round_seeds
+from vlagym.rl.fbc.collect import round_seeds
 from vlagym.rl.fbc.config import FilteredBCConfig
-from vlagym.rl.fbc.episodes import RolloutEpisode, gripper_reopens, near_closes, without_reopens
 from vlagym.rl.fbc.session import Run
 from vlagym.train.bc import lr_factor
 from vlagym.train.dataset import DemoDataset

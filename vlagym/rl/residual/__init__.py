@@ -3,6 +3,7 @@ that acts every control step on the simulator's privileged state plus the base's
 
     result = train_residual(ResidualConfig(policy="runs/bc/checkpoints/step_2500", out="runs/residual"))
     teacher = load_teacher(result["checkpoint"])      # base + residual, a batched policy for run_episodes
+    summary = distill(DistillConfig(teacher=result["checkpoint"], out="runs/distill"))   # a VLA checkpoint
 
 The modules, in the order a run uses them:
 
@@ -12,6 +13,7 @@ The modules, in the order a run uses them:
               progressive exploration
     teacher   `ResidualTeacher`, `save_teacher`, `load_teacher`: base + deterministic residual
     loop      `train_residual`: segments ending in exact-resume checkpoints, evaluations, the curve
+    distillation  `distill`: the teacher's successes cloned into an image-only VLA (`DistillConfig`)
 
 Only the task's success signal and the simulator's state enter: nothing here imports the scripted experts.
 Importing this package loads only `config`: the other names load their module (torch, SB3) on first use.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vlagym.rl.residual.config import ResidualConfig
+from vlagym.rl.residual.config import DistillConfig, ResidualConfig
 
 _LAZY = {
     "ResidualVecEnv": "venv",
@@ -36,6 +38,7 @@ _LAZY = {
     "save_teacher": "teacher",
     "train_residual": "loop",
     "evaluate_teacher": "loop",
+    "distill": "distillation",
 }
 
 
@@ -51,4 +54,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["ResidualConfig", *_LAZY]
+__all__ = ["DistillConfig", "ResidualConfig", *_LAZY]

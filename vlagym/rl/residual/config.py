@@ -144,3 +144,69 @@ class ResidualConfig(Config):
                 f"the training episodes' seeds {train[0]}..{train[1] - 1} may reach the evaluation seeds "
                 f"{evals[0]}..{evals[1] - 1}: move seed or eval_seed"
             )
+
+
+@dataclass
+class DistillConfig(Config):
+    """Options of `distill` (and `vlagym distill`): the residual teacher's behaviour cloned into an image-only VLA;
+    saved as ``OUT/distill_config.json``."""
+
+    teacher: str = ""
+    """a `train-residual` checkpoint folder (teacher.json + actor.safetensors)"""
+    out: str = "runs/distill"
+    """run folder: the teacher's rollouts, the student's BC run, its evaluation"""
+    episodes: int = 1000
+    """teacher episodes to run; its successes become the student's demos"""
+    collect_seed: int = 10_000_000
+    """teacher episode i runs from seed collect_seed + i (away from demo, training and evaluation seeds)"""
+    demos: list[str] = field(default_factory=list)
+    """demo files trained on together with the teacher's successes (e.g. the base checkpoint's own demos)"""
+    steps: int = 5000
+    """behaviour-cloning optimiser steps of the student (trained from scratch, the base's architecture)"""
+    batch_size: int = 64
+    """behaviour-cloning batch size"""
+    ema: float = 0.999
+    """decay of the EMA of the student's weights that is evaluated and saved (0: off)"""
+    seed: int = 0
+    """the student's training seed"""
+    n_envs: int = 8
+    """parallel sub-envs of the collection and the evaluation"""
+    vectorization: str = "pool"
+    """"sync" or "pool" vector envs"""
+    eval_episodes: int = 200
+    """evaluation episodes of the student; episode i uses seed eval_seed + i, as `vlagym eval`"""
+    eval_seed: int = 200_000
+    """first evaluation seed"""
+    resume: bool = False
+    """reuse OUT's complete teacher rollouts and continue the student's BC run"""
+    progress: bool = True
+    """show progress bars"""
+
+    def __post_init__(self) -> None:
+        if not self.teacher:
+            raise ValueError("distillation needs a residual teacher checkpoint folder (teacher)")
+        if self.vectorization not in VECTORIZATION_MODES:
+            raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
+        for name, low in (
+            ("episodes", 1),
+            ("collect_seed", 0),
+            ("steps", 1),
+            ("batch_size", 1),
+            ("seed", 0),
+            ("n_envs", 1),
+            ("eval_episodes", 1),
+            ("eval_seed", 0),
+        ):
+            check_int(name, getattr(self, name), low)
+        check_float("ema", self.ema, 0.0, 0.9999999)
+        self.demos = [str(d) for d in self.demos]
+        for name in ("resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        collect = (self.collect_seed, self.collect_seed + self.episodes)
+        evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
+        if collect[0] < evals[1] and evals[0] < collect[1]:
+            raise ValueError(
+                f"the teacher's seeds {collect[0]}..{collect[1] - 1} overlap the evaluation seeds "
+                f"{evals[0]}..{evals[1] - 1}: move collect_seed or eval_seed"
+            )

@@ -56,6 +56,9 @@ class ResidualTeacher:
         self.task: str = description["task"]
         self.env_kwargs: dict[str, Any] = dict(description["env_kwargs"])
 
+    def new_round(self) -> None:
+        """Nothing to forget: the teacher acts deterministically (the collection's actor protocol)."""
+
     def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
         self.base.reset(mask, seeds)
 

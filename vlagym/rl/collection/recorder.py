@@ -23,7 +23,7 @@ import numpy as np
 from vlagym.envs.multitask import MultiTaskEnv
 from vlagym.envs.robot import Robot
 from vlagym.eval.diagnostics import REACH_KEY
-from vlagym.rl.fbc.episodes import Replay, RolloutEpisode, close_point, first_close
+from vlagym.rl.collection.episodes import Replay, RolloutEpisode, close_point, first_close
 
 RECORD_KEY = "rollout_record"
 HINDSIGHT_KEY = "rollout_hindsight"
