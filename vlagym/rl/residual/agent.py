@@ -1,5 +1,6 @@
 """`ResidualSAC`: SB3's SAC with the residual-RL changes of Policy Decorator, DAWN and ResFiT.
 
+- n-step returns (SB3's `NStepReplayBuffer`): the sparse success reaches the critic in fewer updates.
 - Critics with LayerNorm after every hidden linear layer (`LayerNormCritic`; DAWN: stable, faster residual RL).
 - The actor's mean layer starts at zero, so the deterministic residual starts as exactly zero: the teacher
   begins as the base policy.
@@ -40,7 +41,12 @@ class LayerNormCritic(ContinuousCritic):
 
 
 class ResidualSACPolicy(SACPolicy):
-    """SAC's MLP policy with `LayerNormCritic` critics and a zero-initialised mean layer."""
+    """SAC's MLP policy with `LayerNormCritic` critics, a zero-initialised mean layer and a log-std layer that
+    starts at `initial_log_std` everywhere (the exploration noise before tanh)."""
+
+    def __init__(self, *args: Any, initial_log_std: float = 0.0, **kwargs: Any):
+        self.initial_log_std = float(initial_log_std)
+        super().__init__(*args, **kwargs)
 
     def make_critic(self, features_extractor=None) -> ContinuousCritic:  # noqa: ANN001 - SB3's signature
         critic_kwargs = self._update_features_extractor(self.critic_kwargs, features_extractor)
@@ -51,6 +57,8 @@ class ResidualSACPolicy(SACPolicy):
         with torch.no_grad():
             self.actor.mu.weight.zero_()
             self.actor.mu.bias.zero_()
+            self.actor.log_std.weight.zero_()
+            self.actor.log_std.bias.fill_(self.initial_log_std)
 
 
 class ResidualSAC(SAC):

@@ -55,6 +55,10 @@ class ResidualConfig(Config):
     """discount per control step"""
     tau: float = 0.005
     """target critics' soft-update rate"""
+    n_step: int = 5
+    """n-step returns of the critics' targets (1: ordinary one-step TD)"""
+    initial_log_std: float = -1.0
+    """the actor's log-std (before tanh) at the start, everywhere: the first residual episodes' exploration"""
     gradient_steps: int = 1
     """updates per vector step (update-to-data ratio: gradient_steps / n_envs)"""
     ent_coef_init: float = 0.05
@@ -111,6 +115,7 @@ class ResidualConfig(Config):
             ("batch_size", 2),
             ("buffer_size", 1),
             ("gradient_steps", 1),
+            ("n_step", 1),
             ("warmup_steps", 0),
             ("critic_warmup_updates", 0),
             ("exploration_steps", 0),
@@ -127,6 +132,7 @@ class ResidualConfig(Config):
         check_float("lr", self.lr, 0.0, low_open=True)
         check_float("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_float("tau", self.tau, 0.0, 1.0, low_open=True)
+        check_float("initial_log_std", self.initial_log_std, -20.0, 2.0)
         check_float("ent_coef_init", self.ent_coef_init, 0.0, low_open=True)
         if self.max_minutes is not None:
             check_float("max_minutes", self.max_minutes, 0.0, low_open=True)

@@ -114,7 +114,8 @@ def _build(cfg: ResidualConfig) -> Run:
         train_freq=1,
         gradient_steps=cfg.gradient_steps,
         ent_coef=f"auto_{cfg.ent_coef_init}",
-        policy_kwargs={"net_arch": list(cfg.hidden)},
+        n_steps=cfg.n_step,
+        policy_kwargs={"net_arch": list(cfg.hidden), "initial_log_std": cfg.initial_log_std},
         critic_warmup_updates=cfg.critic_warmup_updates,
         seed=cfg.seed,
         device=resolve_device(cfg.device),
@@ -285,6 +286,7 @@ def _train(run: Run) -> dict[str, Any]:
                 progress_bar=False,
             )
             run.train_s += time.perf_counter() - started
+            _cut_episodes(model.replay_buffer)
             _log_times(run)
             checkpoint = _write_checkpoint(run)
             if cfg.eval_every and model.num_timesteps >= next_eval:
@@ -301,6 +303,14 @@ def _train(run: Run) -> dict[str, Any]:
         "train_minutes": run.train_s / 60,
         "timing": {"env_s": run.venv.env_s, **run.timing},
     }
+
+
+def _cut_episodes(buffer: Any) -> None:
+    """Mark the last transition of every episode still running as a time-limit truncation: the next segment's
+    first transitions (new episodes) must not extend its n-step returns; its target bootstraps as before."""
+    last = (buffer.pos - 1) % buffer.buffer_size
+    buffer.timeouts[last] = np.logical_or(buffer.timeouts[last], np.logical_not(buffer.dones[last]))
+    buffer.dones[last] = True
 
 
 def _next_multiple(t: int, every: int) -> int:
