@@ -193,11 +193,28 @@ def test_residual_rl_imports_no_scripted_expert():
             assert not any("expert" in n.lower() for n in names), (path.name, names)
 
 
-def test_cli_train_residual_bad_input_is_a_usage_error(bc_checkpoint, capsys):
+@pytest.mark.parametrize(("flag", "value"), [("--alpha", "0"), ("--reward", "shaped"), ("--vectorization", "async")])
+def test_cli_train_residual_bad_input_is_a_usage_error(bc_checkpoint, capsys, flag, value):
     from vlagym.cli import main
 
-    assert main(["train-residual", "--policy", str(bc_checkpoint), "--alpha", "0"]) == 2
-    assert "alpha" in capsys.readouterr().err
+    assert main(["train-residual", "--policy", str(bc_checkpoint), flag, value]) == 2
+    assert flag.removeprefix("--").replace("-", "_") in capsys.readouterr().err.replace("-", "_")
+
+
+def test_dense_reward_is_the_tasks_staged_reward_minus_one(bc_checkpoint):
+
+    cfg = tiny_config(bc_checkpoint, "unused", reward="dense")
+    kwargs = env_kwargs(cfg, CheckpointPolicy(bc_checkpoint))
+    assert kwargs["reward_mode"] == "dense" and kwargs["obs_mode"] == "rgb+state"
+    base = CheckpointPolicy(bc_checkpoint)
+    envs = make_rollout_envs(cfg.task, 1, "sync", **kwargs)
+    venv = ResidualVecEnv(envs, base, alpha=0.1)
+    try:
+        venv.reset()
+        rewards = [venv.step(np.zeros((1, 6), np.float32))[1][0] for _ in range(5)]
+    finally:
+        venv.close()
+    assert all(-1.0 <= r <= 0.0 for r in rewards) and any(r > -1.0 for r in rewards)  # the reach term counts
 
 
 @pytest.fixture(scope="module")

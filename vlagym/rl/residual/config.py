@@ -15,6 +15,7 @@ from vlagym.rl.common import check_task_and_env_kwargs
 from vlagym.train.configs import DEVICES
 
 VECTORIZATION_MODES = ("sync", "pool")
+REWARDS = ("sparse", "dense")
 RESERVED_ENV_KWARGS = ("obs_mode", "reward_mode", "render_mode", "image_size", "cameras")
 
 
@@ -41,6 +42,9 @@ class ResidualConfig(Config):
     """"sync" or "pool" (`vlagym.envs.pool`: a worker per CPU stepping a slice of the sub-envs)"""
     alpha: float = 0.2
     """bound of the residual: the executed action is clip(base + alpha * r, -1, 1) with r in [-1, 1]"""
+    reward: str = "sparse"
+    """the task's reward the residual learns from, minus 1 per step: "sparse" (1 on success) or "dense" (the
+    task's staged terms in [0, 1] of the simulator state, 1 on success); success ends the episode either way"""
     residual_gripper: bool = False
     """the residual also acts on the gripper (else the base's gripper command is executed as it is)"""
     hidden: list[int] = field(default_factory=lambda: [256, 256])
@@ -109,6 +113,8 @@ class ResidualConfig(Config):
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
         for name, low in (
             ("total_timesteps", 1),
             ("n_envs", 1),

@@ -89,8 +89,8 @@ class _TimedBase:
 
 
 def env_kwargs(cfg: ResidualConfig, base: CheckpointPolicy) -> dict[str, Any]:
-    """The env kwargs of training and evaluation: the checkpoint's, the config's, privileged state, sparse reward."""
-    return {**base.env_kwargs, **cfg.env_kwargs, "obs_mode": "rgb+state", "reward_mode": "sparse"}
+    """The env kwargs of training and evaluation: the checkpoint's, the config's, privileged state, the reward."""
+    return {**base.env_kwargs, **cfg.env_kwargs, "obs_mode": "rgb+state", "reward_mode": cfg.reward}
 
 
 def _build(cfg: ResidualConfig) -> Run:

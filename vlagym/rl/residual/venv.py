@@ -9,7 +9,8 @@ Each vector step:
 
 The agent observes ``[state, proprio, a_b]`` (`obs_mode="rgb+state"`: the simulator's privileged task state, the
 robot's proprioception and the base's action for this step); the images only reach the base. The reward is
-``env reward - 1`` per step with the env's sparse reward (so -1 until the success step, which ends the episode).
+``env reward - 1`` per step: with the env's sparse reward -1 until the success step, which ends the episode; with
+its dense reward (staged terms in [0, 1], 1 on success) between -1 and 0.
 
 Episodes are keyed by seed: episode k of the env (counted over all sub-envs, in the order they start) runs from
 ``seed + k``. `reset()` starts every sub-env afresh (the next seeds); finished sub-envs are reset here, and the
