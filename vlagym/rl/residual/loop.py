@@ -51,6 +51,11 @@ from vlagym.train.run_files import (
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "residual_config.json"
+# What a resumed run may change: how long it runs, how it is evaluated and checkpointed, what it shows.
+MAY_CHANGE_ON_RESUME = (
+    "total_timesteps", "max_minutes", "eval_every", "eval_episodes", "checkpoint_every", "device", "torch_threads",
+    "resume", "progress", "vectorization", "out",
+)  # fmt: skip
 REPLAY_NAME = "replay.npz"
 REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 
@@ -168,6 +173,17 @@ def _write_checkpoint(run: Run) -> Path:
     return folder
 
 
+def _check_same_run(cfg: ResidualConfig, path: Path) -> None:
+    """A resume continues the run it finds: its settings must be the ones that run was started with."""
+    import json
+
+    stored, mine = json.loads(path.read_text()), cfg.to_dict()
+    differ = sorted(k for k in mine if k not in MAY_CHANGE_ON_RESUME and k in stored and stored[k] != mine[k])
+    if differ:
+        shown = ", ".join(f"{k}={stored.get(k)!r} (now {mine[k]!r})" for k in differ)
+        raise ValueError(f"--resume continues the run in {cfg.out}, which was started with other settings: {shown}")
+
+
 def _resume(run: Run, folder: Path) -> None:
     state = load_state(folder)
     if state["base_sha256"] != run.description["base_sha256"]:
@@ -267,6 +283,7 @@ def _train(run: Run) -> dict[str, Any]:
     cfg, model = run.cfg, run.model
     folder = latest_checkpoint(run.out, REPLAY_NAME) if cfg.resume else None
     if folder is not None:
+        _check_same_run(cfg, run.out / CONFIG_NAME)
         _resume(run, folder)
     atomic_write_json(run.out / CONFIG_NAME, cfg.to_dict())
     deadline = None if cfg.max_minutes is None else 60 * cfg.max_minutes
