@@ -24,3 +24,19 @@ def check_task_and_env_kwargs(task: Any, env_kwargs: Any, reserved: tuple[str, .
     except (TypeError, ValueError) as e:
         raise ValueError(f"env_kwargs must be JSON-serialisable: {e}") from e
     return task
+
+
+def read_base_checkpoint(policy: Any, task: str | None, missing: str) -> tuple[str, dict[str, Any], str]:
+    """(the checkpoint folder as a str, its config.json, the task: `task`, else the checkpoint's env_id);
+    `ValueError` with `missing` when no folder is given, or naming what the checkpoint lacks."""
+    if not policy:
+        raise ValueError(missing)
+    from vlagym.policies.checkpoint import read_checkpoint_config  # torch: only when a config is built
+
+    policy = str(policy)
+    meta = read_checkpoint_config(policy)
+    if not task:
+        task = (meta.get("extra") or {}).get("env_id")
+        if not task:
+            raise ValueError(f"checkpoint {policy} names no env_id; give the task")
+    return policy, meta, task

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
-from vlagym.rl.common import check_task_and_env_kwargs
+from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import AugmentConfig
 
 logger = logging.getLogger(__name__)
@@ -202,16 +202,10 @@ class FilteredBCConfig(Config):
     def _check_source(self) -> dict[str, Any]:
         """Check the checkpoint, the task and its env kwargs; returns the checkpoint's config.json."""
         from vlagym.envs import TASKS, can_move_target
-        from vlagym.policies.checkpoint import read_checkpoint_config
 
-        if not self.policy:
-            raise ValueError("filtered BC post-trains a BC checkpoint: give its folder (policy)")
-        self.policy = str(self.policy)
-        meta = read_checkpoint_config(self.policy)
-        if not self.task:
-            self.task = (meta.get("extra") or {}).get("env_id")
-            if not self.task:
-                raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
+        self.policy, meta, self.task = read_base_checkpoint(
+            self.policy, self.task, "filtered BC post-trains a BC checkpoint: give its folder (policy)"
+        )
         why = "the policy's observations and the task's time limit fix them"
         self.task = check_task_and_env_kwargs(self.task, self.env_kwargs, RESERVED_ENV_KWARGS, why)
         if self.hindsight is True and not can_move_target(self.task):

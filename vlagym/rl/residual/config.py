@@ -11,7 +11,7 @@ from typing import Any
 
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
-from vlagym.rl.common import check_task_and_env_kwargs
+from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import DEVICES
 
 VECTORIZATION_MODES = ("sync", "pool")
@@ -96,16 +96,9 @@ class ResidualConfig(Config):
     """show a progress bar"""
 
     def __post_init__(self) -> None:
-        if not self.policy:
-            raise ValueError("residual RL needs a base VLA checkpoint folder (policy)")
-        from vlagym.policies.checkpoint import read_checkpoint_config  # torch: only when a config is built
-
-        self.policy = str(self.policy)
-        meta = read_checkpoint_config(self.policy)
-        if not self.task:
-            self.task = (meta.get("extra") or {}).get("env_id")
-            if not self.task:
-                raise ValueError(f"checkpoint {self.policy} names no env_id; give the task")
+        self.policy, _, self.task = read_base_checkpoint(
+            self.policy, self.task, "residual RL needs a base VLA checkpoint folder (policy)"
+        )
         self.task = check_task_and_env_kwargs(
             self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the observation settings are the checkpoint's"
         )
