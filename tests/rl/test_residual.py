@@ -166,6 +166,12 @@ def test_resume_continues_the_same_run(bc_checkpoint, tmp_path):
     assert torch.equal(a["log_ent_coef"], b["log_ent_coef"])
 
 
+def test_resume_keeps_the_time_trained(bc_checkpoint, tmp_path):
+    first = train_residual(tiny_config(bc_checkpoint, tmp_path / "run", total_timesteps=60))
+    again = train_residual(tiny_config(bc_checkpoint, tmp_path / "run", total_timesteps=60, resume=True))
+    assert again["timesteps"] == 60 and again["train_minutes"] == first["train_minutes"] > 0
+
+
 def test_resume_refuses_other_settings(bc_checkpoint, tmp_path):
     train_residual(tiny_config(bc_checkpoint, tmp_path / "run", total_timesteps=60))
     with pytest.raises(ValueError, match="alpha=0.2 \\(now 0.3\\)"):

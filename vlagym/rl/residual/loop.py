@@ -200,7 +200,8 @@ def _resume(run: Run, folder: Path) -> None:
         buffer.pos, buffer.full = int(replay["position"][0]), bool(replay["position"][1])
     run.venv.load_state_dict(state["venv"])
     set_rng_state(state["rng"])
-    run.train_s, run.timing.update(state["timing"])
+    run.train_s = float(state["train_s"])
+    run.timing.update(state["timing"])
     path = run.out / EVAL_DIR / CURVE_NAME
     if path.is_file():
         import json
