@@ -63,7 +63,7 @@ class ResidualConfig(Config):
     """n-step returns of the critics' targets (1: ordinary one-step TD)"""
     initial_log_std: float = -1.0
     """the actor's log-std (before tanh) at the start, everywhere: the first residual episodes' exploration"""
-    gradient_steps: int = 1
+    gradient_steps: int = 2
     """updates per vector step (update-to-data ratio: gradient_steps / n_envs)"""
     ent_coef_init: float = 0.05
     """initial entropy coefficient (SAC tunes it toward the target entropy)"""
