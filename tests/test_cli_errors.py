@@ -60,6 +60,10 @@ CASES = [
     (["train-fbc", "--policy", "MISSING"], "not a policy checkpoint"),
     (["train-rl", "--policy", "FOREIGN"], "not a vlagym policy config"),
     (["train-rl", "--from-scratch", "--task", "VLA-PickCup-v0", "--algo", "dqn"], "algo"),
+    (["train-residual", "--policy", "MISSING"], "not a policy checkpoint"),
+    (["train-residual", "--policy", "FOREIGN"], "not a vlagym policy config"),
+    (["distill", "--teacher", "MISSING"], "is not a residual teacher"),
+    (["distill", "--teacher", "TEXT", "--episodes", "0"], "episodes"),
     (["quickstart", "--steps", "0"], "--steps must be"),
     (["quickstart", "--eval-seed", "5"], "overlap"),
 ]
