@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_episodes_with_the_residual_off_execute_the_base(bc_checkpoint):
         venv.close()
 
 
-def test_critic_has_layer_norm_and_the_residual_starts_at_zero(bc_checkpoint, tmp_path):
+def test_critic_has_layer_norm_and_the_residual_starts_at_zero():
     from vlagym.rl.residual.teacher import make_policy
 
     policy = make_policy(obs_dim=20, residual_dims=6, hidden=[16, 16])
@@ -129,8 +130,7 @@ def test_critic_has_layer_norm_and_the_residual_starts_at_zero(bc_checkpoint, tm
 
 
 def test_progressive_exploration_schedule():
-    cfg = ResidualConfig.__new__(ResidualConfig)
-    cfg.warmup_steps, cfg.exploration_steps = 100, 200
+    cfg = SimpleNamespace(warmup_steps=100, exploration_steps=200)
     assert residual_probability(cfg, 50) == 0.0
     assert residual_probability(cfg, 200) == pytest.approx(0.5)
     assert residual_probability(cfg, 1000) == 1.0
@@ -155,7 +155,8 @@ def test_tiny_run_end_to_end_and_its_teacher(bc_checkpoint, tmp_path):
 
 
 def test_resume_continues_the_same_run(bc_checkpoint, tmp_path):
-    whole = train_residual(tiny_config(bc_checkpoint, tmp_path / "whole"))
+    # Evaluations between segments (the uninterrupted run's at 60 acts with the training's base) change nothing.
+    whole = train_residual(tiny_config(bc_checkpoint, tmp_path / "whole", eval_every=60))
     train_residual(tiny_config(bc_checkpoint, tmp_path / "cut", total_timesteps=60))  # "killed" after a segment
     resumed = train_residual(tiny_config(bc_checkpoint, tmp_path / "cut", resume=True))
     a = torch.load(Path(whole["checkpoint"]) / "training_state.pt", weights_only=True)

@@ -67,6 +67,7 @@ class ResidualSAC(SAC):
     def __init__(self, *args: Any, critic_warmup_updates: int = 0, **kwargs: Any):
         self.critic_warmup_updates = int(critic_warmup_updates)
         self.critic_updates_done = 0
+        self._critic_only = False  # set during the critic-only updates
         super().__init__(*args, **kwargs)
 
     def _sample_action(self, learning_starts: int, action_noise=None, n_envs: int = 1):  # noqa: ANN001
@@ -91,7 +92,7 @@ class ResidualSAC(SAC):
 
     def _update_learning_rate(self, optimizers) -> None:  # noqa: ANN001 - SB3's signature
         super()._update_learning_rate(optimizers)
-        if getattr(self, "_critic_only", False):  # the actor and entropy coefficient are held still
+        if self._critic_only:  # the actor and entropy coefficient are held still
             for optimizer in optimizers:
                 if optimizer is not self.critic.optimizer:
                     for group in optimizer.param_groups:

@@ -203,7 +203,9 @@ class DistillConfig(Config):
             ("eval_seed", 0),
         ):
             check_int(name, getattr(self, name), low)
-        check_float("ema", self.ema, 0.0, 0.9999999)
+        check_float("ema", self.ema, 0.0, 1.0)
+        if self.ema == 1.0:  # checked here too, not only by the student's BCConfig after the collection
+            raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
         self.demos = [str(d) for d in self.demos]
         for name in ("resume", "progress"):
             if not isinstance(getattr(self, name), bool):

@@ -15,6 +15,7 @@ with the base's own demos. The output is an ordinary VLA checkpoint that `vlagym
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -83,8 +84,6 @@ def distill(cfg: DistillConfig) -> dict[str, Any]:
     rollouts = out / ROLLOUTS_NAME
     summary_path = out / SUMMARY_NAME
     if cfg.resume and rollouts.is_file() and summary_path.is_file():
-        import json
-
         collected = json.loads(summary_path.read_text())["teacher"]
     else:
         collected = collect_teacher_rollouts(teacher, cfg, rollouts)

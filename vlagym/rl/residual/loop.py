@@ -17,6 +17,7 @@ episode seeds and every RNG state), so a resumed run continues exactly as an uni
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -69,28 +70,11 @@ class Run:
     model: ResidualSAC
     description: dict[str, Any]
     train_s: float = 0.0
-    timing: dict[str, float] = field(default_factory=lambda: {"base_s": 0.0})
     curve: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def out(self) -> Path:
         return Path(self.cfg.out)
-
-
-class _TimedBase:
-    """The base policy, timing its calls (base inference in the time split)."""
-
-    def __init__(self, base: CheckpointPolicy, timing: dict[str, float]):
-        self.base, self.timing = base, timing
-
-    def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
-        self.base.reset(mask, seeds)
-
-    def __call__(self, obs: Any) -> np.ndarray:
-        t = time.perf_counter()
-        action = self.base(obs)
-        self.timing["base_s"] += time.perf_counter() - t
-        return action
 
 
 def env_kwargs(cfg: ResidualConfig, base: CheckpointPolicy) -> dict[str, Any]:
@@ -102,11 +86,8 @@ def _build(cfg: ResidualConfig) -> Run:
     seed_everything(cfg.seed)
     base = CheckpointPolicy(cfg.policy)
     kwargs = env_kwargs(cfg, base)
-    timing = {"base_s": 0.0}
     envs = make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **kwargs)
-    venv = ResidualVecEnv(
-        envs, _TimedBase(base, timing), cfg.alpha, cfg.residual_gripper, seed=cfg.seed, exploration_seed=cfg.seed
-    )
+    venv = ResidualVecEnv(envs, base, cfg.alpha, cfg.residual_gripper, seed=cfg.seed, exploration_seed=cfg.seed)
     model = ResidualSAC(
         ResidualSACPolicy,
         venv,
@@ -137,7 +118,7 @@ def _build(cfg: ResidualConfig) -> Run:
         "task": cfg.task,
         "env_kwargs": kwargs,
     }
-    return Run(cfg, venv, model, description, timing=timing)
+    return Run(cfg, venv, model, description)
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -157,7 +138,6 @@ def _write_checkpoint(run: Run) -> Path:
             "venv": run.venv.state_dict(),
             "rng": rng_state(),
             "train_s": run.train_s,
-            "timing": dict(run.timing),
             "base_sha256": run.description["base_sha256"],
         }
         torch.save(state, folder / STATE_NAME)
@@ -175,8 +155,6 @@ def _write_checkpoint(run: Run) -> Path:
 
 def _check_same_run(cfg: ResidualConfig, path: Path) -> None:
     """A resume continues the run it finds: its settings must be the ones that run was started with."""
-    import json
-
     stored, mine = json.loads(path.read_text()), cfg.to_dict()
     differ = sorted(k for k in mine if k not in MAY_CHANGE_ON_RESUME and k in stored and stored[k] != mine[k])
     if differ:
@@ -201,11 +179,8 @@ def _resume(run: Run, folder: Path) -> None:
     run.venv.load_state_dict(state["venv"])
     set_rng_state(state["rng"])
     run.train_s = float(state["train_s"])
-    run.timing.update(state["timing"])
     path = run.out / EVAL_DIR / CURVE_NAME
     if path.is_file():
-        import json
-
         run.curve = [c for c in json.loads(path.read_text()) if c["timesteps"] <= model.num_timesteps]
     logger.info("resumed from %s at timestep %d", folder, model.num_timesteps)
 
@@ -214,7 +189,8 @@ def _resume(run: Run, folder: Path) -> None:
 def evaluate_teacher(run: Run, checkpoint: Path) -> dict[str, Any]:
     """The teacher (base + deterministic residual) on seeds eval_seed + i; a point of eval/curve.json."""
     cfg, step = run.cfg, int(run.model.num_timesteps)
-    teacher = ResidualTeacher(CheckpointPolicy(cfg.policy), run.model.policy.actor, run.description)
+    # The training's base, loaded once: the next segment starts by resetting every row of it anyway.
+    teacher = ResidualTeacher(run.venv.base, run.model.policy.actor, run.description)
     envs = make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **run.description["env_kwargs"])
     run.model.policy.set_training_mode(False)
     try:
@@ -319,7 +295,7 @@ def _train(run: Run) -> dict[str, Any]:
         "checkpoint": str(checkpoint),
         "success_rate": point["success_rate"],
         "train_minutes": run.train_s / 60,
-        "timing": {"env_s": run.venv.env_s, **run.timing},
+        "timing": {"env_s": run.venv.env_s, "base_s": run.venv.base_s},
     }
 
 
@@ -338,6 +314,6 @@ def _next_multiple(t: int, every: int) -> int:
 def _log_times(run: Run) -> None:
     log = run.model.logger
     log.record("time/train_s", run.train_s)
-    log.record("time/base_inference_s", run.timing["base_s"])
+    log.record("time/base_inference_s", run.venv.base_s)
     log.record("time/env_s", run.venv.env_s)
     log.dump(int(run.model.num_timesteps))

@@ -12,6 +12,7 @@ checking that the base checkpoint still holds the weights the residual was train
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,6 @@ def load_teacher(folder: str | os.PathLike, base: str | os.PathLike | None = Non
     path = folder / TEACHER_NAME
     if not path.is_file() or not (folder / ACTOR_NAME).is_file():
         raise ValueError(f"{folder} is not a residual teacher: it lacks {TEACHER_NAME} or {ACTOR_NAME}")
-    import json
-
     description = json.loads(path.read_text())
     if description.get("format") != TEACHER_FORMAT:
         raise ValueError(f"{path} is not a {TEACHER_FORMAT} file")

@@ -86,7 +86,6 @@ class ResidualVecEnv(VecEnv):
             spaces.Box(-1.0, 1.0, (self.residual_dims,), np.float32),
         )
         self.next_seed = int(seed)
-        self.episodes_started = 0
         self.residual_probability = 1.0
         self.residual_on = np.ones(self.num_envs, bool)
         self.rng = np.random.default_rng(exploration_seed)
@@ -97,42 +96,46 @@ class ResidualVecEnv(VecEnv):
         self._lengths = np.zeros(self.num_envs, int)
         self.env_s = 0.0
         """seconds spent stepping and resetting the sub-envs (simulation and rendering)"""
+        self.base_s = 0.0
+        """seconds spent in the base policy (its inference)"""
 
     # ------------------------------------------------------------------ episodes
-    def _start(self, mask: np.ndarray) -> None:
-        """Reset the sub-envs in `mask` with the next seeds; draw whether each new episode uses the residual."""
+    def _start(self, mask: np.ndarray) -> dict[str, Any]:
+        """Reset the sub-envs in `mask` with the next seeds and draw whether each new episode uses the residual;
+        the observations of every sub-env (the others' unchanged)."""
         rows = np.flatnonzero(mask)
         seeds: list[int | None] = [None] * self.num_envs
         for i in rows:
             seeds[i] = self.next_seed
             self.next_seed += 1
-        self.episodes_started += len(rows)
         t = time.perf_counter()
         obs, _ = self.envs.reset(seed=seeds, options={"reset_mask": mask})
         self.env_s += time.perf_counter() - t
         self.base.reset(mask)
         self.residual_on[rows] = self.rng.random(len(rows)) < self.residual_probability
         self._returns[rows], self._lengths[rows] = 0.0, 0
+        return obs
+
+    def _observe(self, obs: dict[str, Any]) -> np.ndarray:
+        """The base's action for `obs` (kept for the next step) and the residual's observation."""
+        t = time.perf_counter()
+        self._base_action = np.asarray(self.base(obs), np.float32)
+        self.base_s += time.perf_counter() - t
         self._obs = obs
+        return residual_features(obs, self._base_action)
 
     def reset(self) -> np.ndarray:
-        self._start(np.ones(self.num_envs, bool))
-        self._base_action = np.asarray(self.base(self._obs), np.float32)
-        return residual_features(self._obs, self._base_action)
+        return self._observe(self._start(np.ones(self.num_envs, bool)))
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint taken between `reset()`s needs to continue the same run."""
-        return {
-            "next_seed": self.next_seed,
-            "episodes_started": self.episodes_started,
-            "rng": self.rng.bit_generator.state,
-            "env_s": self.env_s,
-        }
+        rng = self.rng.bit_generator.state
+        return {"next_seed": self.next_seed, "rng": rng, "env_s": self.env_s, "base_s": self.base_s}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.next_seed, self.episodes_started = int(state["next_seed"]), int(state["episodes_started"])
+        self.next_seed = int(state["next_seed"])
         self.rng.bit_generator.state = state["rng"]
-        self.env_s = float(state["env_s"])
+        self.env_s, self.base_s = float(state["env_s"]), float(state["base_s"])
 
     # ------------------------------------------------------------------ stepping
     def step_async(self, actions: np.ndarray) -> None:
@@ -159,12 +162,8 @@ class ResidualVecEnv(VecEnv):
                     "is_success": bool(success[i]),
                     "episode": {"r": float(self._returns[i]), "l": int(self._lengths[i])},
                 }
-            self._obs = obs
-            self._start(done)
-            obs = self._obs
-        self._obs = obs
-        self._base_action = np.asarray(self.base(obs), np.float32)
-        return residual_features(obs, self._base_action), reward, done, infos
+            obs = self._start(done)
+        return self._observe(obs), reward, done, infos
 
     def close(self) -> None:
         self.envs.close()
