@@ -38,6 +38,19 @@ def test_train_bc_runs_and_resumes(demos, tmp_path, capsys):
     assert json.loads((out / "checkpoints" / "last.json").read_text())["step"] == 8
 
 
+def test_init_fine_tunes_with_the_checkpoints_architecture(demos, tmp_path, capsys):
+    first = tmp_path / "first"
+    argv = ["train-bc", "--dataset", str(demos), "--steps", "2", "--batch-size", "4", "--no-progress"]
+    assert main([*argv, "--out", str(first), "--chunk-size", "4", "--head", "flow"]) == 0
+    checkpoint = first / "checkpoints" / "step_2"
+    assert main([*argv, "--out", str(tmp_path / "tuned"), "--init", str(checkpoint)]) == 0
+    saved = json.loads((tmp_path / "tuned" / "bc_config.json").read_text())
+    assert saved["init"] == str(checkpoint) and saved["policy"]["head"] == "flow" and saved["policy"]["chunk_size"] == 4
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "other"), "--init", str(checkpoint), "--chunk-size", "8"]) == 2
+    assert "architecture in ['chunk_size']" in capsys.readouterr().err
+
+
 def test_options_left_out_keep_the_config_defaults(demos):
     cfg = parse_config(["train-bc", "--dataset", str(demos)])
     defaults = {f.name: f.default for f in dataclasses.fields(BCConfig) if f.default is not dataclasses.MISSING}
@@ -70,6 +83,7 @@ def test_help_shows_each_fields_docstring_and_default(capsys):
         (["--batch-size", "100000"], "batch_size=100000"),
         (["--dataset", "MISSING"], "does not exist"),
         (["--dataset", "NOTDEMO"], "not a vlagym demo file"),
+        (["--init", "MISSING"], "--init: "),
     ],
 )
 def test_bad_input_exits_2_with_one_line(demos, tmp_path, capsys, extra, needle):

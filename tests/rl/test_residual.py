@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -266,3 +268,64 @@ def test_distill_refuses_a_teacher_without_successes(tiny_teacher, tmp_path):
 
     with pytest.raises(ValueError, match="succeeded in none"):
         distill(distill_config(tiny_teacher, tmp_path / "d"))
+
+
+class ProprioLabeller:
+    """A stand-in teacher whose action names the observation it was asked about: proprio[0], then zeros."""
+
+    task = "VLA-PickCup-v0"
+
+    def __init__(self, env_kwargs):
+        self.env_kwargs = env_kwargs
+
+    def reset(self, mask, seeds=None):
+        pass
+
+    def __call__(self, obs):
+        labels = np.zeros((len(obs["proprio"]), 7), np.float32)
+        labels[:, 0] = obs["proprio"][:, 0]
+        return labels
+
+
+def test_dagger_runs_the_student_and_labels_every_state_it_visits_with_the_teacher(bc_checkpoint):
+    from vlagym.rl.residual.dagger import collect_labelled
+
+    student = CheckpointPolicy(bc_checkpoint)
+    labeller = ProprioLabeller({**student.env_kwargs, "obs_mode": "rgb+state"})
+    seeds = [41, 42, 43]
+    collection, episodes = collect_labelled(student, labeller, seeds, n_envs=2, vectorization="sync")
+    envs = make_rollout_envs(labeller.task, 2, "sync", **student.env_kwargs)
+    own = run_episodes(envs, CheckpointPolicy(bc_checkpoint), seeds, progress=False)
+    envs.close()
+    # The student acted: its episodes are the ones it runs alone; every one is kept, success or not.
+    assert [(r.seed, r.length, r.success) for r in collection.records] == [(r.seed, r.length, r.success) for r in own]
+    assert [e.seed for e in episodes] == seeds
+    for episode, record in zip(episodes, collection.records, strict=True):
+        assert len(episode.actions) == record.length
+        np.testing.assert_array_equal(episode.actions[:, 0], episode.proprio[:, 0])  # each step's own label
+        assert not episode.actions[:, 1:].any()
+
+
+def test_distill_with_a_dagger_round_fine_tunes_the_student_on_labelled_states(tiny_teacher, tmp_path, monkeypatch):
+    from rl_helpers import ExpertActor
+
+    from vlagym.rl.residual import distillation as distill_module
+    from vlagym.train.demo_reader import complete_demos, data_group
+
+    real = distill_module.collect_round
+    monkeypatch.setattr(
+        distill_module, "collect_round", lambda envs, actor, seeds, progress: real(envs, ExpertActor(envs), seeds)
+    )
+    cfg = distill_config(tiny_teacher, tmp_path / "d", dagger_rounds=1, dagger_episodes=2, dagger_steps=2)
+    summary = distill_module.distill(cfg)
+    first, second = summary["rounds"]
+    assert second["labelled"]["episodes"] == 2 and summary["student"]["checkpoint"] == second["checkpoint"]
+    labelled = tmp_path / "d" / "dagger" / "round_1" / "labelled.hdf5"
+    with h5py.File(labelled, "r") as f:
+        assert len(complete_demos(data_group(f, labelled), labelled)) == 2  # every student episode, failed or not
+    bc = json.loads((tmp_path / "d" / "dagger" / "round_1" / "bc" / "bc_config.json").read_text())
+    assert bc["init"] == first["checkpoint"] and str(labelled) in bc["dataset"]
+    assert set(summary["seconds"]) == {"collect", "train", "evaluate"}
+    # A resume finds both rounds done and changes nothing.
+    again = distill_module.distill(dataclasses.replace(cfg, resume=True))
+    assert again["rounds"] == summary["rounds"]

@@ -264,3 +264,25 @@ def test_dataloader_workers_and_preloading_do_not_change_the_result(pick_demos, 
         assert ("demos preloaded" in caplog.text) == ("preload_gb" not in options), name
     for name in ("workers", "from-files", "from-files-workers"):
         assert_identical(results["default"], results[name])
+
+
+def test_init_fine_tunes_a_checkpoint_from_its_weights_and_statistics(pick_demos, tmp_path):
+    first = Path(train_bc(tiny_config(pick_demos, tmp_path / "a", steps=4, checkpoint_every=0))["checkpoint"])
+    start = load_file(str(first / "model.safetensors"))
+    # A learning rate too small to move a weight: the fine-tuned policy is the checkpoint it started from.
+    tuned = train_bc(tiny_config(pick_demos, tmp_path / "b", steps=1, lr=1e-12, init=str(first), seed=7))
+    after = load_file(str(Path(tuned["checkpoint"]) / "model.safetensors"))
+    assert after.keys() == start.keys()
+    assert all(torch.allclose(after[k], start[k], atol=1e-6) for k in start)
+    fresh = train_bc(tiny_config(pick_demos, tmp_path / "c", steps=1, lr=1e-12, seed=7))
+    fresh_weights = load_file(str(Path(fresh["checkpoint"]) / "model.safetensors"))
+    assert not torch.allclose(fresh_weights["head.weight"], start["head.weight"])
+
+
+def test_init_refuses_another_architecture_or_a_missing_checkpoint(pick_demos, tmp_path):
+    first = Path(train_bc(tiny_config(pick_demos, tmp_path / "a", steps=1, checkpoint_every=0))["checkpoint"])
+    wider = VLAConfig.from_dict({**TINY_POLICY, "hidden_dim": 64})
+    with pytest.raises(ValueError, match=r"init checkpoint's architecture in \['hidden_dim'\]"):
+        tiny_config(pick_demos, tmp_path / "b", policy=wider, init=str(first))
+    with pytest.raises(ValueError, match="init: .*no such folder"):
+        tiny_config(pick_demos, tmp_path / "b", init=str(tmp_path / "missing"))

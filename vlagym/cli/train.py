@@ -52,7 +52,19 @@ def bc_config(args: argparse.Namespace) -> BCConfig:
             if key in env_kwargs:
                 policy.setdefault(key, env_kwargs[key])
         values["policy"] = policy
+    if values.get("init"):  # fine-tuning: the checkpoint's architecture, unless an option says otherwise
+        values["policy"] = {**_checkpoint_policy(values["init"]), **values.get("policy", {})}
     return build(BCConfig, values)
+
+
+def _checkpoint_policy(folder: str) -> dict:
+    """The `VLAConfig` dict a checkpoint folder was trained with (a `UserError` when it is none)."""
+    from vlagym.policies.checkpoint import read_checkpoint_config
+
+    try:
+        return dict(read_checkpoint_config(folder)["config"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"--init: {e}") from e
 
 
 def cmd_train_bc(args: argparse.Namespace) -> int:

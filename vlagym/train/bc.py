@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
-from vlagym.policies.vla import VLAPolicy
+from vlagym.policies.vla import VLAPolicy, load_policy
 from vlagym.train.augment import ImageAugment
 from vlagym.train.configs import BCConfig
 from vlagym.train.dataset import DemoDataset
@@ -203,8 +203,11 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
     seed_everything(cfg.seed)  # the same initial weights on every rank (the EMA copy too)
     env_id, env_kwargs = demo_env(cfg.dataset[0])
     dataset, sampler, batches_per_epoch = _data(cfg, rank, world)
-    policy = VLAPolicy(cfg.policy)
-    policy.set_stats(_dataset_stats(cfg.dataset))
+    if cfg.init is not None:  # fine-tuning: the checkpoint's weights and statistics (its action scale)
+        policy = load_policy(cfg.init)
+    else:
+        policy = VLAPolicy(cfg.policy)
+        policy.set_stats(_dataset_stats(cfg.dataset))
     policy.to(device).train()
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise

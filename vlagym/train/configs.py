@@ -193,6 +193,9 @@ class BCConfig(Config):
     """run folder: config, TensorBoard logs, checkpoints, evaluations"""
     policy: VLAConfig = field(default_factory=VLAConfig)
     """the policy's architecture (a `VLAConfig`, or its dict)"""
+    init: str | None = None
+    """a VLA checkpoint folder to start from (fine-tuning): its weights and normalisation statistics replace the
+    fresh initialisation; `policy` must be its architecture. None: train from scratch"""
     steps: int = 3000
     """total optimiser steps (every DDP rank stops at this count)"""
     batch_size: int = 64
@@ -253,12 +256,28 @@ class BCConfig(Config):
                 raise ValueError(f"dataset file {path!r} does not exist")
         self.policy = nested_config("policy", self.policy, VLAConfig)
         self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
+        if self.init is not None:
+            self.init = str(self.init)
+            self._check_init()
         self._check_numbers()
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
         for name in ("augment", "bf16", "tf32", "compile", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def _check_init(self) -> None:
+        """The `init` checkpoint exists and has `policy`'s architecture."""
+        from vlagym.policies.checkpoint import read_checkpoint_config  # lazy: imports torch
+
+        try:
+            theirs = VLAConfig.from_dict(dict(read_checkpoint_config(self.init)["config"])).to_dict()
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"init: {e}") from e
+        ours = self.policy.to_dict()
+        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        if differ:
+            raise ValueError(f"the policy differs from the init checkpoint's architecture in {differ}")
 
     def _check_numbers(self) -> None:
         for name, low in (

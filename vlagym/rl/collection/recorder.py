@@ -5,6 +5,7 @@ It runs inside each sub-env, so it works in async vector envs too. At the end of
 the step's ``info``:
 
 * ``RECORD_KEY``: the episode (a `RolloutEpisode`), when it succeeded;
+* ``FAILURE_KEY``: with `record_failures`, the episode when it failed (DAgger relabels every visited state);
 * ``HINDSIGHT_KEY``: with `hindsight`, the outcome of a failed episode's hindsight replay (a `Replay`);
 * ``DELAY_KEY``: with `close_delays`, the outcome of a failed episode's delayed-close replays (a `Replay`).
 
@@ -26,6 +27,7 @@ from vlagym.eval.diagnostics import REACH_KEY
 from vlagym.rl.collection.episodes import Replay, RolloutEpisode, close_point, first_close
 
 RECORD_KEY = "rollout_record"
+FAILURE_KEY = "rollout_failure"
 HINDSIGHT_KEY = "rollout_hindsight"
 DELAY_KEY = "rollout_close_delay"
 STATE_TARGET_XY = slice(Robot.PROPRIO_DIM, Robot.PROPRIO_DIM + 2)  # the target's x, y in `VLAEnv.state_vector`
@@ -49,9 +51,12 @@ class RolloutRecorder(gym.Wrapper):
     so it continues the episode exactly and nothing before the close runs again.
     """
 
-    def __init__(self, env: gym.Env, hindsight: bool = False, close_delays: tuple[int, ...] = ()):
+    def __init__(
+        self, env: gym.Env, hindsight: bool = False, close_delays: tuple[int, ...] = (), record_failures: bool = False
+    ):
         super().__init__(env)
         self.hindsight = bool(hindsight)
+        self.record_failures = bool(record_failures)
         self.close_delays = tuple(int(k) for k in close_delays)
         self._seed: int | None = None
         self._options: dict[str, Any] | None = None
@@ -84,6 +89,8 @@ class RolloutRecorder(gym.Wrapper):
         if self._success:
             info[RECORD_KEY] = self._episode(self._steps)
         elif self._seed is not None:
+            if self.record_failures:
+                info[FAILURE_KEY] = self._episode(self._steps)
             if self.hindsight:
                 info[HINDSIGHT_KEY] = self._hindsight()
             if self.close_delays:

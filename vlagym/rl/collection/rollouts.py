@@ -14,7 +14,7 @@ import numpy as np
 
 from vlagym.eval.rollout import EpisodeRecord, run_episodes
 from vlagym.rl.collection.episodes import Replay, RolloutEpisode
-from vlagym.rl.collection.recorder import DELAY_KEY, HINDSIGHT_KEY, RECORD_KEY
+from vlagym.rl.collection.recorder import DELAY_KEY, FAILURE_KEY, HINDSIGHT_KEY, RECORD_KEY
 
 
 class Actor(Protocol):
@@ -38,13 +38,15 @@ class Collection(NamedTuple):
     """each failed episode's hindsight replay (when the recorders run them)"""
     delayed: list[Replay]
     """each failed episode's delayed-close replays (when the recorders run them)"""
+    failures: list[RolloutEpisode]
+    """the failed episodes (when the recorders record them)"""
 
 
 def collect_round(envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], progress: bool = False) -> Collection:
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
     come in an order of their content, so that the result does not depend on which sub-env finished first."""
     wanted = set(seeds)
-    found: dict[str, dict[int, list[Any]]] = {RECORD_KEY: {}, HINDSIGHT_KEY: {}, DELAY_KEY: {}}
+    found: dict[str, dict[int, list[Any]]] = {RECORD_KEY: {}, FAILURE_KEY: {}, HINDSIGHT_KEY: {}, DELAY_KEY: {}}
 
     def on_step(info: dict[str, Any]) -> None:
         for key, into in found.items():
@@ -57,14 +59,15 @@ def collect_round(envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], pr
 
     actor.new_round()  # count the tries of each seed afresh
     records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
-    episodes, replays, delays = found[RECORD_KEY], found[HINDSIGHT_KEY], found[DELAY_KEY]
-    for tries in episodes.values():
+    episodes, failed = found[RECORD_KEY], found[FAILURE_KEY]
+    replays, delays = found[HINDSIGHT_KEY], found[DELAY_KEY]
+    for tries in (*episodes.values(), *failed.values()):
         tries.sort(key=lambda e: (len(e.actions), e.actions.tobytes()))
     for tries in (*replays.values(), *delays.values()):
         tries.sort(key=Replay.order)
     successes = [episodes[r.seed].pop(0) for r in records if r.success and episodes.get(r.seed)]
-    hindsight, delayed = (
+    hindsight, delayed, failures = (
         [by_seed[r.seed].pop(0) for r in records if not r.success and by_seed.get(r.seed)]
-        for by_seed in (replays, delays)
+        for by_seed in (replays, delays, failed)
     )
-    return Collection(records, successes, hindsight, delayed)
+    return Collection(records, successes, hindsight, delayed, failures)

@@ -174,6 +174,14 @@ class DistillConfig(Config):
     """decay of the EMA of the student's weights that is evaluated and saved (0: off)"""
     seed: int = 0
     """the student's training seed"""
+    dagger_rounds: int = 0
+    """DAgger rounds after the first student: each runs the latest student on fresh seeds, labels every state it
+    visits with the teacher's action there, and fine-tunes the student on all the data so far (0: only
+    success-filtered BC on the teacher's rollouts)"""
+    dagger_episodes: int = 200
+    """student episodes per DAgger round (seeds after the teacher's)"""
+    dagger_steps: int = 1500
+    """fine-tuning steps of the student per DAgger round"""
     n_envs: int = 8
     """parallel sub-envs of the collection and the evaluation"""
     vectorization: str = "pool"
@@ -198,6 +206,9 @@ class DistillConfig(Config):
             ("steps", 1),
             ("batch_size", 1),
             ("seed", 0),
+            ("dagger_rounds", 0),
+            ("dagger_episodes", 1),
+            ("dagger_steps", 1),
             ("n_envs", 1),
             ("eval_episodes", 1),
             ("eval_seed", 0),
@@ -210,10 +221,14 @@ class DistillConfig(Config):
         for name in ("resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        collect = (self.collect_seed, self.collect_seed + self.episodes)
+        collect = (self.collect_seed, self.dagger_seed(self.dagger_rounds + 1))
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if collect[0] < evals[1] and evals[0] < collect[1]:
             raise ValueError(
-                f"the teacher's seeds {collect[0]}..{collect[1] - 1} overlap the evaluation seeds "
+                f"the collection's seeds {collect[0]}..{collect[1] - 1} overlap the evaluation seeds "
                 f"{evals[0]}..{evals[1] - 1}: move collect_seed or eval_seed"
             )
+
+    def dagger_seed(self, round_: int) -> int:
+        """The first seed of DAgger round `round_` (1, 2, ...): the rounds follow the teacher's episodes."""
+        return self.collect_seed + self.episodes + (round_ - 1) * self.dagger_episodes
