@@ -88,8 +88,9 @@ class ResidualConfig(Config):
     episode, so a resumed run continues exactly as an uninterrupted one"""
     device: str = "cpu"
     """"auto" (CUDA when available), "cpu" or "cuda" for the residual's networks (the base runs on the CPU)"""
-    torch_threads: int | None = 1
-    """CPU threads of torch in this process (None: torch's default); 1 leaves the other core to the env worker"""
+    torch_threads: int | None = 2
+    """CPU threads of torch in this process (None: torch's default). The updates and the env workers' steps
+    take turns, so the updates may use the workers' cores: 2 trained 1.10-1.18x faster than 1 on 2 cores"""
     resume: bool = False
     """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
     progress: bool = True
