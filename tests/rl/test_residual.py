@@ -329,3 +329,10 @@ def test_distill_with_a_dagger_round_fine_tunes_the_student_on_labelled_states(t
     # A resume finds both rounds done and changes nothing.
     again = distill_module.distill(dataclasses.replace(cfg, resume=True))
     assert again["rounds"] == summary["rounds"]
+
+
+def test_training_seeds_stay_clear_of_the_evaluation_seeds(bc_checkpoint, tmp_path):
+    # Training episodes run from collect_seed + k, far from the default test seeds: a long run is accepted.
+    assert tiny_config(bc_checkpoint, tmp_path, total_timesteps=1_000_000).collect_seed == 1_000_000
+    with pytest.raises(ValueError, match="may reach the evaluation seeds .*move collect_seed or eval_seed"):
+        tiny_config(bc_checkpoint, tmp_path, collect_seed=150_000, total_timesteps=60_000, eval_seed=200_000)

@@ -75,7 +75,9 @@ class ResidualConfig(Config):
     """progressive exploration: after the warm-up, the probability that an episode uses the residual rises
     linearly from 0 to 1 over this many timesteps (0: always on)"""
     seed: int = 0
-    """seeds the networks and the updates; training episode k runs from seed + k"""
+    """seeds the networks, the updates and the exploration"""
+    collect_seed: int = 1_000_000
+    """training episode k runs from seed collect_seed + k (away from the demos' seeds and the evaluation's)"""
     eval_every: int = 20_000
     """evaluate the teacher (base + deterministic residual) every this many timesteps and at the end (0: only at
     the end)"""
@@ -120,6 +122,7 @@ class ResidualConfig(Config):
             ("critic_warmup_updates", 0),
             ("exploration_steps", 0),
             ("seed", 0),
+            ("collect_seed", 0),
             ("eval_every", 0),
             ("eval_episodes", 1),
             ("eval_seed", 0),
@@ -143,12 +146,12 @@ class ResidualConfig(Config):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         # Every training episode takes a new seed, at most one per timestep.
-        train = (self.seed, self.seed + self.total_timesteps + self.n_envs)
+        train = (self.collect_seed, self.collect_seed + self.total_timesteps + self.n_envs)
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if train[0] < evals[1] and evals[0] < train[1]:
             raise ValueError(
                 f"the training episodes' seeds {train[0]}..{train[1] - 1} may reach the evaluation seeds "
-                f"{evals[0]}..{evals[1] - 1}: move seed or eval_seed"
+                f"{evals[0]}..{evals[1] - 1}: move collect_seed or eval_seed"
             )
 
 

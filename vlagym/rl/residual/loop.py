@@ -87,7 +87,7 @@ def _build(cfg: ResidualConfig) -> Run:
     base = CheckpointPolicy(cfg.policy)
     kwargs = env_kwargs(cfg, base)
     envs = make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **kwargs)
-    venv = ResidualVecEnv(envs, base, cfg.alpha, cfg.residual_gripper, seed=cfg.seed, exploration_seed=cfg.seed)
+    venv = ResidualVecEnv(envs, base, cfg.alpha, cfg.residual_gripper, seed=cfg.collect_seed, exploration_seed=cfg.seed)
     model = ResidualSAC(
         ResidualSACPolicy,
         venv,
