@@ -85,7 +85,7 @@ def test_hindsight_replays_a_miss_with_the_target_where_the_gripper_closed(bc_ch
     aim = (-0.06, -0.12 if cup[1] > 0 else 0.12)
     assert np.hypot(*(cup - aim)) > 0.15  # the arm never comes near the real cup
     actions = _expert_actions(0, aim, kwargs)
-    records, successes, replays, _ = _hindsight_round(bc_checkpoint, actions)
+    records, successes, replays, *_ = _hindsight_round(bc_checkpoint, actions)
     assert [r.success for r in records] == [False] and successes == []
     [replay] = replays
     assert replay.seed == 0 and replay.skipped == "" and replay.episode is not None
@@ -123,7 +123,7 @@ def test_hindsight_skips_what_a_replay_cannot_fix(bc_checkpoint):
     # a gripper that never closes
     still = np.zeros((6, 7), np.float32)
     still[:, -1] = -1.0
-    records, _, [replay], _ = _hindsight_round(bc_checkpoint, still)
+    records, _, [replay], *_ = _hindsight_round(bc_checkpoint, still)
     assert not records[0].success and (replay.skipped, replay.episode, replay.steps) == ("no_close", None, 0)
     # a gripper that closed at the target (the episode ended before the lift): the same scene, nothing to move
     env = gym.make(TASK, **ENV, num_cups=1)
@@ -134,7 +134,7 @@ def test_hindsight_skips_what_a_replay_cannot_fix(bc_checkpoint):
         env.close()
     actions = _expert_actions(0, cup, {**ENV, "num_cups": 1})
     closed = int(np.flatnonzero(actions[:, -1] >= 0)[0])
-    _, _, [replay], _ = _hindsight_round(bc_checkpoint, actions[: closed + 2])
+    _, _, [replay], *_ = _hindsight_round(bc_checkpoint, actions[: closed + 2])
     assert (replay.skipped, replay.episode) == ("at_target", None)
 
 
