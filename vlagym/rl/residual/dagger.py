@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
@@ -57,6 +58,21 @@ class DaggerActor:
         return dataclasses.replace(episode, actions=np.stack(labels))
 
 
+def recording_envs(
+    teacher: ResidualTeacher, n_envs: int, vectorization: str, record_failures: bool = False
+) -> gym.vector.VectorEnv:
+    """Vector envs of the teacher's env (rgb + state) for `collect_round`: autoreset off, a `RolloutRecorder` in
+    every sub-env (handing over the failed episodes too with `record_failures`)."""
+    return make_vec(
+        teacher.task,
+        num_envs=n_envs,
+        vectorization_mode=vectorization,
+        vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+        wrappers=[functools.partial(RolloutRecorder, record_failures=record_failures)],
+        **teacher.env_kwargs,
+    )
+
+
 def collect_labelled(
     student: CheckpointPolicy,
     teacher: ResidualTeacher,
@@ -67,14 +83,7 @@ def collect_labelled(
 ) -> tuple[Collection, list[RolloutEpisode]]:
     """Run the student on `seeds` (the teacher's env: rgb + state) and label every step with the teacher's
     action: the collection (the student's own records) and every episode, relabelled, in seed order."""
-    envs = make_vec(
-        teacher.task,
-        num_envs=n_envs,
-        vectorization_mode=vectorization,
-        vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
-        wrappers=[functools.partial(RolloutRecorder, record_failures=True)],
-        **teacher.env_kwargs,
-    )
+    envs = recording_envs(teacher, n_envs, vectorization, record_failures=True)
     actor = DaggerActor(student, teacher)
     try:
         collection = collect_round(envs, actor, seeds, progress)

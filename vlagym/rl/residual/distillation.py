@@ -25,18 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gymnasium.vector import AutoresetMode
-
-from vlagym.envs.pool import make_vec
 from vlagym.eval.adapters import CheckpointPolicy
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import read_checkpoint_config
 from vlagym.policies.config import VLAConfig
 from vlagym.rl.collection.files import write_rollouts
-from vlagym.rl.collection.recorder import RolloutRecorder
 from vlagym.rl.collection.rollouts import collect_round
 from vlagym.rl.residual.config import DistillConfig
-from vlagym.rl.residual.dagger import collect_labelled
+from vlagym.rl.residual.dagger import collect_labelled, recording_envs
 from vlagym.rl.residual.teacher import ResidualTeacher, load_teacher
 from vlagym.train.configs import BCConfig
 from vlagym.train.run_files import latest_checkpoint
@@ -51,14 +47,7 @@ SUMMARY_NAME = "distill_summary.json"
 
 def collect_teacher_rollouts(teacher: ResidualTeacher, cfg: DistillConfig, path: Path) -> dict[str, Any]:
     """Run the teacher on seeds collect_seed + i and write its successes to `path`; counts and seconds."""
-    envs = make_vec(
-        teacher.task,
-        num_envs=cfg.n_envs,
-        vectorization_mode=cfg.vectorization,
-        vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
-        wrappers=[RolloutRecorder],
-        **teacher.env_kwargs,
-    )
+    envs = recording_envs(teacher, cfg.n_envs, cfg.vectorization)
     start = time.perf_counter()
     try:
         collection = collect_round(envs, teacher, [cfg.collect_seed + i for i in range(cfg.episodes)], cfg.progress)
