@@ -15,6 +15,9 @@ import torch
 
 import vlagym
 from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.compare import compare_runs
+from vlagym.eval.configs import CompareConfig
+from vlagym.eval.evaluate import EvalConfig, evaluate
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.rl.residual import ResidualConfig
 from vlagym.rl.residual.agent import LayerNormCritic
@@ -154,6 +157,23 @@ def test_tiny_run_end_to_end_and_its_teacher(bc_checkpoint, tmp_path):
     finally:
         envs.close()
     assert len(records) == 2 and teacher.alpha == 0.2
+    # the teacher's evaluation pairs with `vlagym eval` of its base on the same seeds
+    cfg = tiny_config(bc_checkpoint, tmp_path / "run")
+    base_out = tmp_path / "base_eval"
+    evaluate(
+        EvalConfig(
+            policy=str(bc_checkpoint),
+            episodes=cfg.eval_episodes,
+            seed=cfg.eval_seed,
+            num_envs=1,
+            out=str(base_out),
+            progress=False,
+        )
+    )
+    comparison = compare_runs(CompareConfig(a=str(base_out), b=str(tmp_path / "run" / "eval" / "step_120")))
+    assert comparison.tests["all"].n == cfg.eval_episodes
+    teacher_results = json.loads((tmp_path / "run" / "eval" / "step_120" / "results.json").read_text())
+    assert comparison.tests["all"].b_successes == teacher_results["tasks"]["VLA-PickCup-v0"]["successes"]
 
 
 def test_resume_continues_the_same_run(bc_checkpoint, tmp_path):

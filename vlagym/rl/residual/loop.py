@@ -12,7 +12,8 @@ episode seeds and every RNG state), so a resumed run continues exactly as an uni
     OUT/checkpoints/step_<n>/           teacher.json + actor.safetensors (`load_teacher`), training_state.pt;
                                         the latest also replay.npz (the replay buffer)
     OUT/checkpoints/last.json
-    OUT/eval/step_<n>/results.json      the teacher on seeds eval_seed + i; OUT/eval/curve.json
+    OUT/eval/step_<n>/results.json      the teacher on seeds eval_seed + i, as `vlagym eval` writes them (so
+                                        `vlagym compare` pairs it with evaluations); OUT/eval/curve.json
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
+import vlagym
 from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.evaluate import format_results
+from vlagym.eval.layout import RESULTS_JSON, RESULTS_MD
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.eval.summary import episode_dict, summarize
-from vlagym.io import atomic_write_json, atomic_write_npz
+from vlagym.io import atomic_write_json, atomic_write_npz, atomic_write_text
 from vlagym.rl.residual.agent import ResidualSAC, ResidualSACPolicy
 from vlagym.rl.residual.config import ResidualConfig
 from vlagym.rl.residual.teacher import ResidualTeacher, base_sha256, save_teacher
@@ -201,9 +205,20 @@ def evaluate_teacher(run: Run, checkpoint: Path) -> dict[str, Any]:
     finally:
         envs.close()
     summary = summarize(records)
+    summary["episodes"] = [episode_dict(r) for r in records]
+    # `vlagym eval`'s results.json, so `vlagym compare` pairs the teacher with any evaluation on the same seeds
+    results = {
+        "policy": f"residual teacher {checkpoint}",
+        "seed": cfg.eval_seed,
+        "episodes": cfg.eval_episodes,
+        "env_kwargs": run.description["env_kwargs"],
+        "vlagym_version": vlagym.__version__,
+        "tasks": {cfg.task: summary},
+    }
     out = run.out / EVAL_DIR / f"step_{step}"
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", {"summary": summary, "episodes": [episode_dict(r) for r in records]})
+    atomic_write_json(out / RESULTS_JSON, results)
+    atomic_write_text(out / RESULTS_MD, format_results(results) + "\n")
     point = {
         "timesteps": step,
         "train_minutes": run.train_s / 60,
