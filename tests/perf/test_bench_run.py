@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -57,6 +58,9 @@ def test_quick_run_writes_every_section(quick_run):
     assert parts["task"] == TASK and all(parts[c] > 0 for c in doc["sections"]["env-parts"]["columns"] if c != "task")
     assert {r["num_envs"] for r in doc["sections"]["vector"]["rows"]} == {1, 2}
     assert {r["head"] for r in doc["sections"]["latency"]["rows"]} == {"l1", "flow"}
+    chunk_rows = {r["acting"] for r in doc["sections"]["latency"]["rows"] if r["acting"].startswith("chunk")}
+    onnx = importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnxscript")
+    assert chunk_rows == {"chunk per call, torch"} | ({"chunk per call, onnxruntime"} if onnx else set())
     runs = [r["run"] for r in doc["sections"]["ppo"]["rows"]]
     assert len(runs) == 2 and all(r["env_steps"] > 0 for r in doc["sections"]["ppo"]["rows"])
     for row in doc["sections"]["ppo"]["rows"]:  # where training time goes: env steps, policy, updates

@@ -7,6 +7,7 @@
     vlagym eval | curve | report | compare | replicates | bench-suite
                                                   success rates, test curves, results bundles, statistics
     vlagym bench                                  speed benchmarks
+    vlagym export                                 a checkpoint's acting path as ONNX
 
 Each command module (`envs`, `data`, `train`, `evaluation`, `perf`) adds its sub-commands and runs them; the
 work is done by the library. Building the parser imports only config modules, never torch or mujoco, so
@@ -21,10 +22,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vlagym.cli import data, envs, evaluation, perf, train
+from vlagym.cli import data, deploy, envs, evaluation, perf, train
 from vlagym.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 
-MODULES = (train, envs, data, evaluation, perf)
+MODULES = (train, envs, data, evaluation, perf, deploy)
 
 
 class Parser(argparse.ArgumentParser):

@@ -131,3 +131,28 @@ class VLAConfig(Config):
             raise ValueError(
                 f"temporal_ensemble predicts every step, so n_action_steps must be 1, got {self.n_action_steps!r}"
             )
+
+
+EXPORT_FORMATS = ("onnx",)
+
+
+@dataclass
+class ExportConfig(Config):
+    """Options of `vlagym export CHECKPOINT`: the policy's acting path in a format other runtimes load."""
+
+    checkpoint: str
+    """a vlagym policy checkpoint folder (e.g. runs/quickstart/bc/checkpoints/step_5000)"""
+    format: str = "onnx"
+    """"onnx": images, instruction tokens and proprio to the action chunk, normalisation included"""
+    out: str | None = None
+    """the file to write (None: CHECKPOINT/model.onnx)"""
+    opset: int = 18
+    """ONNX opset of the graph"""
+    check: bool = True
+    """run the written file in onnxruntime against torch on random inputs and report the largest difference"""
+
+    def __post_init__(self) -> None:
+        _choice("format", self.format, EXPORT_FORMATS)
+        _positive_int("opset", self.opset)
+        if self.out == "":
+            raise ValueError("out must name the file to write, e.g. policy.onnx")
