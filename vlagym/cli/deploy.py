@@ -1,4 +1,5 @@
-"""`vlagym export`: a checkpoint's acting path for other runtimes (ONNX)."""
+"""`vlagym export` and `vlagym serve`: a checkpoint's acting path for other runtimes (ONNX), and served over the
+openpi websocket protocol."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from vlagym.cli.common import EXIT_OK, UserError, add_options, build
 from vlagym.cli.options import option_values
+from vlagym.eval.configs import EvalError, ServeConfig
 from vlagym.policies.config import ExportConfig
 
 
@@ -25,6 +27,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        cfg = build(ServeConfig, option_values(args, ServeConfig), positional=("checkpoint",))
+        from vlagym.eval.server import PolicyServer
+
+        server = PolicyServer(cfg.checkpoint, cfg.host, cfg.port, cfg.n_action_steps)
+    except EvalError as e:
+        raise UserError(str(e)) from e
+    print(f"serving {cfg.checkpoint} on {server.uri} (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
@@ -34,3 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(p, ExportConfig, positional=("checkpoint",))
     p.set_defaults(handler=cmd_export)
+    p = sub.add_parser(
+        "serve",
+        help="serve a checkpoint over the openpi websocket protocol (vlagym eval --policy ws://HOST:PORT)",
+        description="Serve a checkpoint over the openpi policy-server protocol: each observation message gets the "
+        "checkpoint's action chunk. docs/serving.md has the keys.",
+    )
+    add_options(p, ServeConfig, positional=("checkpoint",))
+    p.set_defaults(handler=cmd_serve)

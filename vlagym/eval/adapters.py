@@ -1,4 +1,5 @@
-"""The policies `vlagym eval` runs, behind one batched interface: the scripted experts and a VLA checkpoint.
+"""The policies `vlagym eval` runs, behind one batched interface: the scripted experts and a VLA checkpoint (a
+policy server: `vlagym.eval.served`; a user's factory and the choice among them: `vlagym.eval.loading`).
 
 `EvalPolicy` is what `vlagym.eval.rollout.run_episodes` drives: batched observations in, batched actions out,
 and `reset(mask, seeds)` when sub-envs start new episodes. `ExpertPolicy` wraps the scripted experts of a sync

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,28 @@ def check_checkpoint_folder(folder: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
+FACTORY_PATTERN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def policy_kind(policy: str) -> str:
+    """What a --policy names: "expert", "served" (ws:// or wss://, a policy server), "factory"
+    (package.module:function returning a batched policy) or "checkpoint" (a folder)."""
+    if policy == EXPERT:
+        return "expert"
+    if policy.startswith(("ws://", "wss://")):
+        return "served"
+    if FACTORY_PATTERN.fullmatch(policy) and not os.path.exists(policy):
+        return "factory"
+    return "checkpoint"
+
+
+def check_policy(policy: str) -> None:
+    """`EvalError` when `policy` names a checkpoint folder that is not one (served and factory policies are
+    checked when they load)."""
+    if policy_kind(policy) == "checkpoint":
+        check_checkpoint_folder(policy)
+
+
 def _check_at_least_one(cfg: Any, names: tuple[str, ...], error: type[ValueError]) -> None:
     for name in names:
         if getattr(cfg, name) < 1:
@@ -72,7 +95,8 @@ class EvalConfig(Config):
     """Options of `vlagym eval` / `evaluate()`."""
 
     policy: str
-    """"expert" (each task's scripted expert) or a checkpoint folder (model.safetensors + config.json)"""
+    """"expert" (each task's scripted expert), a checkpoint folder (model.safetensors + config.json), a policy
+    server ws://HOST:PORT (openpi protocol) or package.module:factory (a batched policy, docs/serving.md)"""
     tasks: list[str] = field(default_factory=list)
     """registered task ids; empty means the checkpoint's own task"""
     episodes: int = 50
@@ -99,6 +123,9 @@ class EvalConfig(Config):
     ensembling; unset means the checkpoint's"""
     temporal_ensemble: bool = False
     """predict every step and execute the average of the overlapping chunks' actions (ACT's temporal ensemble)"""
+    served_mapping: dict[str, Any] = field(default_factory=dict)
+    """a policy server's keys and action conversion (`vlagym.eval.served.ServedMapping` fields; empty: the LIBERO
+    convention, or what a vlagym server announces)"""
     progress: bool = True
     """show a progress bar"""
 
@@ -113,7 +140,9 @@ class EvalConfig(Config):
             if not self.tasks:
                 raise EvalError("the expert needs at least one task")
         else:
-            check_checkpoint_folder(self.policy)
+            check_policy(self.policy)
+        if self.served_mapping and policy_kind(self.policy) != "served":
+            raise EvalError("served_mapping is for a policy server (--policy ws://HOST:PORT)")
         _check_at_least_one(self, ("episodes", "num_envs"), EvalError)
         if self.seed < 0:
             raise EvalError(f"seed must be non-negative, got {self.seed}")
@@ -150,7 +179,8 @@ class SuiteRunConfig(Config):
     suite: str
     """benchmark suite name (`vlagym bench-suite list`)"""
     policy: str
-    """"expert" or a checkpoint folder (model.safetensors + config.json)"""
+    """"expert", a checkpoint folder (model.safetensors + config.json), a policy server ws://HOST:PORT or
+    package.module:factory (docs/serving.md)"""
     out: str = "eval"
     """output folder (bundle.json, bundle.md)"""
     episodes: int | None = None
@@ -171,6 +201,8 @@ class SuiteRunConfig(Config):
     0.2 = 20 points); unset runs every episode"""
     sequential_min_episodes: int = SEQUENTIAL_MIN_EPISODES
     """sequential stopping: never stop before this many episodes"""
+    served_mapping: dict[str, Any] = field(default_factory=dict)
+    """a policy server's keys and action conversion (`vlagym.eval.served.ServedMapping` fields)"""
 
     def __post_init__(self) -> None:
         from vlagym.eval.suites import get_suite  # here: the suites check their tasks' env classes (mujoco)
@@ -186,7 +218,9 @@ class SuiteRunConfig(Config):
         if self.vectorization not in VECTORIZATION_MODES:
             raise EvalError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
         if self.policy != EXPERT:
-            check_checkpoint_folder(self.policy)  # EvalError naming what is missing
+            check_policy(self.policy)  # EvalError naming what is missing
+        if self.served_mapping and policy_kind(self.policy) != "served":
+            raise EvalError("served_mapping is for a policy server (--policy ws://HOST:PORT)")
 
     def _check_sequential(self, episodes: int) -> None:
         width, least = self.sequential_width, self.sequential_min_episodes
@@ -310,3 +344,25 @@ class ReplicatesConfig(Config):
             raise PairingError("give at least one run beside the baseline")
         if len(set(self.runs)) != len(self.runs):
             raise PairingError(f"a run is given twice: {self.runs}")
+
+
+# ---------------------------------------------------------------------------- vlagym serve
+@dataclass
+class ServeConfig(Config):
+    """Options of `vlagym serve CHECKPOINT`: a checkpoint served over the openpi websocket protocol."""
+
+    checkpoint: str
+    """a vlagym policy checkpoint folder"""
+    host: str = "127.0.0.1"
+    """address to listen on (0.0.0.0: every interface)"""
+    port: int = 8000
+    """port to listen on (0: any free port, printed)"""
+    n_action_steps: int | None = None
+    """actions of each chunk a client executes (announced to vlagym clients); unset means the checkpoint's"""
+
+    def __post_init__(self) -> None:
+        check_checkpoint_folder(self.checkpoint)
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise EvalError(f"port must be between 0 and 65535, got {self.port!r}")
+        if self.n_action_steps is not None and self.n_action_steps < 1:
+            raise EvalError(f"n_action_steps must be at least 1, got {self.n_action_steps}")

@@ -42,8 +42,9 @@ import numpy as np
 
 import vlagym
 from vlagym.eval.adapters import CheckpointPolicy, EvalPolicy, ExpertPolicy, episode_noise_generator
-from vlagym.eval.configs import EXPERT, EvalConfig, EvalError
+from vlagym.eval.configs import EvalConfig, EvalError
 from vlagym.eval.layout import EVAL_CONFIG_JSON, RESULTS_JSON, RESULTS_MD, VIDEOS_DIR
+from vlagym.eval.loading import load_eval_policy
 from vlagym.eval.rollout import make_rollout_envs, run_episodes
 from vlagym.eval.summary import episode_dict, format_results, summarize
 from vlagym.io import atomic_write_json, atomic_write_text, temp_path
@@ -134,7 +135,7 @@ def record_videos(
 
 def _load_policy(cfg: EvalConfig) -> CheckpointPolicy | None:
     """The checkpoint of `cfg` with its chunk execution set as `cfg` says; None for the expert."""
-    checkpoint = None if cfg.policy == EXPERT else CheckpointPolicy(cfg.policy)
+    checkpoint = load_eval_policy(cfg.policy, cfg.served_mapping)
     if checkpoint is not None and (cfg.n_action_steps is not None or cfg.temporal_ensemble):
         try:  # the config checks the steps against the chunk size
             checkpoint.execute_chunks(cfg.n_action_steps, cfg.temporal_ensemble)
@@ -183,6 +184,14 @@ def _evaluate_task(
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate `cfg.policy` on every task; writes the outputs into `cfg.out` and returns results.json's content."""
     checkpoint = _load_policy(cfg)
+    try:
+        return _evaluate(cfg, checkpoint)
+    finally:
+        if hasattr(checkpoint, "close"):  # a policy server's connection
+            checkpoint.close()
+
+
+def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None) -> dict[str, Any]:
     tasks = _tasks(cfg, checkpoint)
     env_kwargs = _env_kwargs(cfg, checkpoint)
     out = Path(cfg.out)
@@ -208,6 +217,12 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "vlagym_version": vlagym.__version__,
         "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out) for task in tasks},
     }
+    latencies = getattr(checkpoint, "latencies", None)
+    if latencies is not None:  # a served policy: the round trip of every request
+        from vlagym.eval.served import latency_summary
+
+        results["served_latency"] = latency_summary(latencies)
+        logger.info("policy server round trips: %s", results["served_latency"])
     atomic_write_json(out / RESULTS_JSON, results)
     atomic_write_text(out / RESULTS_MD, format_results(results) + "\n")
     return results

@@ -56,6 +56,7 @@ from vlagym.eval.diagnostics import (
 )
 from vlagym.eval.evaluate import record_videos
 from vlagym.eval.layout import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, BUNDLE_JSON, BUNDLE_MD, HEATMAP_PNG, VIDEOS_DIR
+from vlagym.eval.loading import load_eval_policy
 from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
 from vlagym.eval.runs import check_comparable, paired_outcomes, version_differences
 from vlagym.eval.runs import read_eval_run as read_run
@@ -93,10 +94,15 @@ __all__ = [
 # ---------------------------------------------------------------------------- running
 def _load_checkpoint(cfg: SuiteRunConfig, protocol: SuiteProtocol) -> CheckpointPolicy:
     try:
-        checkpoint = CheckpointPolicy(cfg.policy)
+        checkpoint = load_eval_policy(cfg.policy, cfg.served_mapping)
     except ValueError as e:  # a checkpoint this vlagym cannot rebuild (format, weights that do not fit)
         raise EvalError(f"cannot load the checkpoint {cfg.policy!r}: {e}") from e
-    if protocol.n_action_steps is not None:  # the protocol fixes chunk execution: override the checkpoint's
+    if protocol.n_action_steps is not None and not isinstance(checkpoint, CheckpointPolicy):
+        try:
+            checkpoint.execute_chunks(protocol.n_action_steps)
+        except ValueError as e:
+            raise EvalError(f"{protocol.label} executes {protocol.n_action_steps} actions per chunk: {e}") from e
+    elif protocol.n_action_steps is not None:  # the protocol fixes chunk execution: override the checkpoint's
         try:
             checkpoint.policy.config = dataclasses.replace(
                 checkpoint.policy.config, n_action_steps=protocol.n_action_steps
@@ -272,6 +278,19 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
     protocol = get_suite(cfg.suite)
     protocol.check_registered()
     checkpoint = None if cfg.policy == EXPERT else _load_checkpoint(cfg, protocol)
+    try:
+        return _run_suite(cfg, protocol, checkpoint)
+    finally:
+        if hasattr(checkpoint, "close"):  # a policy server's connection
+            latencies = getattr(checkpoint, "latencies", None)
+            if latencies:
+                from vlagym.eval.served import latency_summary
+
+                logger.info("policy server round trips: %s", latency_summary(latencies))
+            checkpoint.close()
+
+
+def _run_suite(cfg: SuiteRunConfig, protocol: SuiteProtocol, checkpoint: CheckpointPolicy | None) -> dict[str, Any]:
     out = Path(cfg.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -288,7 +288,12 @@ class VLAPolicy(nn.Module):
     # ------------------------------------------------------------------ acting
     @torch.inference_mode()
     def predict_action_chunk(
-        self, batch: Mapping[str, Any], generator: Generators = None, *, rows: Tensor | None = None
+        self,
+        batch: Mapping[str, Any],
+        generator: Generators = None,
+        *,
+        rows: Tensor | None = None,
+        noise: Tensor | None = None,
     ) -> Tensor:
         """(B, K, A) actions in env units. The flow head draws its initial noise from `generator` (seed it for
         determinism; on CPU the draw is the same whatever device the model is on): one generator draws the whole
@@ -296,13 +301,21 @@ class VLAPolicy(nn.Module):
         on which rows share the batch).
 
         `rows` (bool (B,), None: all) with per-row generators: only those rows draw noise, so a row's generator
-        advances only when that row takes a new chunk; the other rows' chunks are meaningless (zero noise)."""
+        advances only when that row takes a new chunk; the other rows' chunks are meaningless (zero noise).
+        `noise` (B, K, A) gives the flow's starting point instead (e.g. drawn by a remote client)."""
         cfg = self.config
         feats = self.features(batch)
         if cfg.head == "l1":
             pred = self.head(feats).view(-1, cfg.chunk_size, cfg.action_dim)
         else:
-            pred = self._initial_noise(feats.shape[0], generator, rows)
+            if noise is None:
+                pred = self._initial_noise(feats.shape[0], generator, rows)
+            else:
+                pred = torch.as_tensor(noise, dtype=feats.dtype, device=self.device)
+                if pred.shape != (feats.shape[0], cfg.chunk_size, cfg.action_dim):
+                    raise ValueError(
+                        f"noise must be ({feats.shape[0]}, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(pred.shape)}"
+                    )
             dt = 1.0 / cfg.flow_steps
             for i in range(cfg.flow_steps):
                 t = torch.full((pred.shape[0],), i * dt, device=self.device)

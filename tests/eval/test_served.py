@@ -1,0 +1,173 @@
+"""Policies served over the openpi websocket protocol, and a user's factory policy, as `vlagym eval` policies.
+
+A vlagym checkpoint served on loopback by `PolicyServer` must act exactly as the checkpoint does in process
+(`CheckpointPolicy`): the same action at every step, so the same episodes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("websockets")
+pytest.importorskip("msgpack")
+
+from vlagym.cli import main  # noqa: E402
+from vlagym.eval.adapters import CheckpointPolicy  # noqa: E402
+from vlagym.eval.configs import EvalConfig, EvalError, policy_kind  # noqa: E402
+from vlagym.eval.evaluate import evaluate  # noqa: E402
+from vlagym.eval.loading import load_eval_policy  # noqa: E402
+from vlagym.eval.rollout import make_rollout_envs  # noqa: E402
+from vlagym.eval.served import ServedMapping, ServedPolicy  # noqa: E402
+from vlagym.eval.server import PolicyServer  # noqa: E402
+from vlagym.eval.wire import WireError, pack, unpack  # noqa: E402
+from vlagym.policies import VLAConfig, VLAPolicy, save_checkpoint  # noqa: E402
+from vlagym.wrappers.normalize import NormStats  # noqa: E402
+
+TASK = "VLA-PickCup-v0"
+STEPS = 7  # per episode: chunks of 4 executed 3 at a time, the third cut short
+
+
+def make_checkpoint(folder, head: str):
+    torch.manual_seed(0)
+    config = VLAConfig(
+        head=head, cameras=("front", "wrist"), image_size=16, vision_channels=(8,), hidden_dim=16, text_layers=1,
+        text_heads=2, chunk_size=4, n_action_steps=3, trunk_layers=1, flow_steps=2,
+    )  # fmt: skip
+    policy = VLAPolicy(config)
+    rng = np.random.default_rng(0)
+    actions = np.concatenate([rng.normal(0.0, 0.3, (100, 6)), rng.choice([-1.0, 1.0], (100, 1))], axis=1)
+    policy.set_stats(NormStats.from_arrays({"action": actions, "proprio": rng.normal(0.0, 0.5, (100, 23))}))
+    with torch.no_grad():
+        for p in policy.head.parameters():
+            p.normal_(0.0, 0.3)
+    save_checkpoint(policy, folder, extra={"env_id": TASK, "env_kwargs": {"max_episode_steps": STEPS}})
+    return folder
+
+
+@pytest.fixture(scope="module", params=["l1", "flow"])
+def served(request, tmp_path_factory):
+    """(checkpoint folder, a running server of it)."""
+    folder = make_checkpoint(tmp_path_factory.mktemp(f"served_{request.param}") / "ckpt", request.param)
+    server = PolicyServer(str(folder), port=0).start()
+    yield folder, server
+    server.stop()
+
+
+def test_wire_round_trip_and_openpis_byte_keys():
+    msgpack = pytest.importorskip("msgpack")
+    message = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "prompt": "pick up the cup", "s": np.int64(3)}
+    back = unpack(pack(message))
+    np.testing.assert_array_equal(back["a"], message["a"])
+    assert back["a"].dtype == np.float32 and back["prompt"] == "pick up the cup" and back["s"] == 3
+    back["a"][0, 0] = 1.0  # writable
+
+    def byte_keys(obj):  # how openpi's own client tags an array
+        return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
+
+    theirs = msgpack.Packer(default=byte_keys).pack({"actions": np.ones((4, 7), np.float32)})
+    np.testing.assert_array_equal(unpack(theirs)["actions"], np.ones((4, 7), np.float32))
+    with pytest.raises(WireError, match="not a message"):
+        unpack(b"\xc1")
+    with pytest.raises(WireError, match="cannot send"):
+        pack({"x": np.array(["text"])})
+
+
+def test_served_actions_equal_the_in_process_checkpoints_step_by_step(served):
+    folder, server = served
+    local, remote = CheckpointPolicy(folder), ServedPolicy(server.uri)
+    assert remote.env_kwargs == local.env_kwargs and remote.env_id == TASK and remote.n_action_steps == 3
+    envs = make_rollout_envs(TASK, 1, "sync", **local.env_kwargs)
+    try:
+        for seed in (11, 12):
+            obs, _ = envs.reset(seed=[seed])
+            for policy in (local, remote):
+                policy.reset(np.ones(1, bool), seeds=[seed])
+            for _ in range(STEPS - 1):
+                expected, got = local(obs), remote(obs)
+                np.testing.assert_array_equal(got, expected)
+                obs, *_ = envs.step(expected)
+    finally:
+        envs.close()
+        remote.close()
+    assert len(remote.latencies) == 2 * 2  # two chunks per episode of 6 steps, 3 actions each
+
+
+def test_eval_through_the_server_gives_the_in_process_episodes(served, tmp_path):
+    folder, server = served
+    common = dict(episodes=2, seed=500, progress=False)
+    local = evaluate(EvalConfig(policy=str(folder), out=str(tmp_path / "local"), **common))
+    remote = evaluate(EvalConfig(policy=server.uri, out=str(tmp_path / "remote"), **common))
+    assert remote["tasks"][TASK]["episodes"] == local["tasks"][TASK]["episodes"]
+    assert remote["env_kwargs"] == local["env_kwargs"]
+    latency = remote["served_latency"]
+    assert latency["requests"] == 2 * 3 and 0 < latency["p50_ms"] <= latency["p99_ms"]
+
+
+def test_bad_requests_and_unreachable_servers_are_clear_errors(served):
+    _, server = served
+    policy = ServedPolicy(server.uri)
+    with pytest.raises(EvalError, match="reported an error: bad request: the observation lacks"):
+        policy.infer({"prompt": "pick up the cup"})
+    policy.close()
+    with pytest.raises(EvalError, match="cannot reach a policy server at ws://127.0.0.1:1"):
+        ServedPolicy("ws://127.0.0.1:1", timeout=5)
+    with pytest.raises(EvalError, match="served_mapping: n_action_steps must be"):
+        ServedPolicy(server.uri, {"n_action_steps": 0})
+
+
+def test_mapping_converts_keys_state_and_actions():
+    m = ServedMapping.from_dict({"image_keys": {"front": "img"}, "state_indices": [0, 1], "action_scale": [2.0] * 7})
+    assert m.image_keys == {"front": "img"} and m.state_key == "observation/state"
+    with pytest.raises(ValueError, match="action_scale must list 7 numbers"):
+        ServedMapping(action_scale=[1.0])
+
+
+class ZeroPolicy:
+    """A user's batched policy: zero actions, counting resets."""
+
+    env_kwargs = {"obs_mode": "state"}
+    env_id = "VLA-PressButton-v0"
+
+    def __init__(self):
+        self.resets = 0
+
+    def reset(self, mask, seeds=None):
+        self.resets += int(np.sum(mask))
+
+    def __call__(self, obs):
+        return np.zeros((len(obs), 7), np.float32)
+
+
+MADE: list[ZeroPolicy] = []
+
+
+def make_zero_policy() -> ZeroPolicy:
+    MADE.append(ZeroPolicy())
+    return MADE[-1]
+
+
+def test_factory_policy_is_evaluated(tmp_path):
+    spec = f"{__name__}:make_zero_policy"
+    assert policy_kind(spec) == "factory" and policy_kind("ws://h:1") == "served" and policy_kind("expert") == "expert"
+    results = evaluate(EvalConfig(policy=spec, episodes=2, out=str(tmp_path / "e"), progress=False,
+                                  env_kwargs={"max_episode_steps": 3}))  # fmt: skip
+    summary = results["tasks"]["VLA-PressButton-v0"]
+    assert summary["n"] == 2 and [e["length"] for e in summary["episodes"]] == [3, 3]
+    assert MADE[-1].resets == 2
+    with pytest.raises(EvalError, match="has no callable 'nope'"):
+        load_eval_policy(f"{__name__}:nope")
+    with pytest.raises(EvalError, match="cannot import 'no_such_module_xyz'"):
+        load_eval_policy("no_such_module_xyz:make")
+
+
+def test_serve_command_errors(tmp_path, capsys):
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    assert "serve: error:" in capsys.readouterr().err
+    folder = make_checkpoint(tmp_path / "ckpt", "l1")
+    assert main(["serve", str(folder), "--port", "70000"]) == 2
+    assert "port must be between 0 and 65535" in capsys.readouterr().err
+    assert main(["eval", "--policy", str(folder), "--served-mapping", json.dumps({"state_key": ""})]) == 2
+    assert "--served-mapping is for a policy server" in capsys.readouterr().err
