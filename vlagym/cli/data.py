@@ -1,4 +1,4 @@
-"""`vlagym demos` and `vlagym dataset info|check`: scripted demonstrations and their checks."""
+"""`vlagym demos` and `vlagym dataset info|check|export`: scripted demonstrations, their checks and export."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from vlagym.cli.common import EXIT_OK, EXIT_PROBLEMS, UserError, add_options, build, check_task
+from vlagym.cli.common import EXIT_OK, EXIT_PROBLEMS, UserError, add_options, build, check_task, config_from_args
 from vlagym.cli.options import option_values
 from vlagym.train.configs import CONFIG_SUFFIX, DemoConfig
+from vlagym.train.lerobot.format import DatasetExportConfig
 
 
 def demo_config(args: argparse.Namespace) -> DemoConfig:
@@ -87,6 +88,26 @@ def cmd_dataset_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def export_config(args: argparse.Namespace) -> DatasetExportConfig:
+    return config_from_args(DatasetExportConfig, args, positional=("file",))
+
+
+def cmd_dataset_export(args: argparse.Namespace) -> int:
+    from vlagym.train.lerobot.export import export_lerobot
+
+    cfg = export_config(args)
+    _demo_file(cfg.file)
+    try:
+        s = export_lerobot(cfg)
+    except ValueError as e:  # LeRobotError, or a file that is not a vlagym demo file
+        raise UserError(str(e)) from e
+    print(
+        f"wrote {s.out}: LeRobot v3.0, {s.episodes} episodes, {s.frames} frames, {s.tasks} tasks, "
+        f"video {s.codec}, {s.bytes / 1e6:.2f} MB in {s.seconds:.1f} s"
+    )
+    return EXIT_OK
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demos",
@@ -99,7 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instruction-split", default=None, help='shorthand for env kwargs {"instruction_split": ...}')
     p.set_defaults(handler=cmd_demos, config=demo_config)
 
-    p = sub.add_parser("dataset", help="inspect or check a demo file", description="Inspect or check a demo file.")
+    p = sub.add_parser(
+        "dataset", help="inspect, check or export a demo file", description="Inspect, check or export a demo file."
+    )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(p))
     a = actions.add_parser("info", help="readable summary: episodes, steps, tasks, instructions, actions, obs")
     a.add_argument("file", help="demo file (.hdf5)")
@@ -108,3 +131,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = actions.add_parser("check", help="check the file against the demo layout (exit code 1 on problems)")
     a.add_argument("file", help="demo file (.hdf5)")
     a.set_defaults(handler=cmd_dataset_check)
+    a = actions.add_parser(
+        "export",
+        help="write a demo file as a LeRobot dataset v3.0 folder (parquet + mp4; docs/lerobot.md)",
+        description="Write a demo file as a LeRobot dataset v3.0 folder: parquet tables of the low-dim data, one mp4 "
+        "stream per camera (PyAV). Written beside OUT and renamed into place.",
+    )
+    add_options(a, DatasetExportConfig, positional=("file",))
+    a.set_defaults(handler=cmd_dataset_export, config=export_config)

@@ -39,9 +39,11 @@ def bc_config(args: argparse.Namespace) -> BCConfig:
 
     values = option_values(args, BCConfig)
     datasets = values.get("dataset") or []
-    missing = [p for p in datasets if not Path(p).is_file()]
+    missing = [p for p in datasets if not Path(p).exists()]
     if missing:
         raise UserError(f"--dataset file {missing[0]!r} does not exist")
+    if any(Path(p).is_dir() for p in datasets):
+        datasets = values["dataset"] = _lerobot_datasets(datasets, values.get("lerobot", {}))
     if datasets:
         try:
             _, env_kwargs = demo_env(datasets[0])
@@ -55,6 +57,21 @@ def bc_config(args: argparse.Namespace) -> BCConfig:
     if values.get("init"):  # fine-tuning: the checkpoint's architecture, unless an option says otherwise
         values["policy"] = {**_checkpoint_policy(values["init"]), **values.get("policy", {})}
     return build(BCConfig, values)
+
+
+def _lerobot_datasets(datasets: list[str], mapping: dict[str, Any]) -> list[str]:
+    """The demo files of `--dataset` entries, LeRobot v3.0 folders converted (`UserError` for a bad folder)."""
+    from vlagym.train.lerobot.format import LeRobotMapping
+    from vlagym.train.lerobot.read import resolve_dataset
+
+    mapping = build(LeRobotMapping, mapping)
+    out = []
+    for path in datasets:
+        try:
+            out.append(str(resolve_dataset(path, mapping)))
+        except ValueError as e:  # LeRobotError: not a LeRobot v3.0 folder, or one the mapping does not fit
+            raise UserError(f"--dataset {path!r}: {e}") from e
+    return out
 
 
 def _checkpoint_policy(folder: str) -> dict:

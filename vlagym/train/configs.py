@@ -19,6 +19,7 @@ from vlagym.config import Config, nested_config
 from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.policies.config import VLAConfig
 from vlagym.train import layout
+from vlagym.train.lerobot.format import LeRobotMapping
 
 COMPRESSIONS = ("gzip", "lzf", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -188,7 +189,8 @@ class BCConfig(Config):
     """Options of `train_bc` (and `vlagym train-bc`); saved as ``OUT/bc_config.json``."""
 
     dataset: list[str]
-    """demo files (HDF5, `vlagym demos`); the env of the first one is the evaluation env"""
+    """demo files (HDF5, `vlagym demos`) or LeRobot v3.0 dataset folders (converted once into a cached demo file,
+    as `lerobot` maps them; docs/lerobot.md); the env of the first one is the evaluation env"""
     out: str = "runs/bc"
     """run folder: config, TensorBoard logs, checkpoints, evaluations"""
     policy: VLAConfig = field(default_factory=VLAConfig)
@@ -244,6 +246,9 @@ class BCConfig(Config):
     """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
     progress: bool = True
     """show a progress bar (rank 0)"""
+    lerobot: LeRobotMapping = field(default_factory=LeRobotMapping)
+    """how the features of LeRobot dataset folders in `dataset` map onto the demo keys (a `LeRobotMapping`, or
+    its dict)"""
 
     def __post_init__(self) -> None:
         if isinstance(self.dataset, (str, os.PathLike)):
@@ -251,9 +256,15 @@ class BCConfig(Config):
         self.dataset = [str(p) for p in self.dataset]
         if not self.dataset:
             raise ValueError("dataset must name at least one demo file, got []")
+        self.lerobot = nested_config("lerobot", self.lerobot, LeRobotMapping)
         for path in self.dataset:
-            if not Path(path).is_file():
+            if not Path(path).exists():
                 raise ValueError(f"dataset file {path!r} does not exist")
+        if any(Path(path).is_dir() for path in self.dataset):
+            from vlagym.train.lerobot.read import resolve_dataset  # pyarrow, av, h5py: only for LeRobot folders
+
+            # The run reads (and records in bc_config.json) the converted demo files, so a resume finds them.
+            self.dataset = [str(resolve_dataset(path, self.lerobot)) for path in self.dataset]
         self.policy = nested_config("policy", self.policy, VLAConfig)
         self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
         if self.init is not None:

@@ -73,6 +73,9 @@ class DemoDataset(Dataset):
         seed: with a seed, sample i's augmentation depends only on (seed, epoch, i) (see `set_epoch`), not on the
             other samples of its batch;
             without, it is drawn from torch's global generator (which a DataLoader seeds per worker and epoch).
+        lerobot: how the features of LeRobot v3.0 folders among `paths` map onto the demo keys (a
+            `vlagym.train.lerobot.format.LeRobotMapping`; None: its defaults). A folder is read through its
+            converted demo file (`vlagym.train.lerobot.read.lerobot_demo_file`), so its items are those of a demo file.
         preload: read every episode's arrays (the loaded cameras and keys, the labels) into memory at
             construction, decoded (`nbytes` is their size), instead of reading each sample from the files. The
             items are the same; reading them is cheaper. DataLoader workers forked later share the arrays.
@@ -99,6 +102,7 @@ class DemoDataset(Dataset):
         normalization: str = "mean_std",
         seed: int | None = None,
         preload: bool = False,
+        lerobot: Any = None,
     ) -> None:
         if int(chunk_size) != chunk_size or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
@@ -113,6 +117,10 @@ class DemoDataset(Dataset):
         if unknown:
             raise ValueError(f"unknown observation keys {unknown}; known: {list(LOWDIM_KEYS)}")
         self.paths = as_paths(paths)
+        if any(p.is_dir() for p in self.paths):  # LeRobot v3.0 folders: read through their converted demo files
+            from vlagym.train.lerobot.read import resolve_dataset
+
+            self.paths = [resolve_dataset(p, lerobot) for p in self.paths]
         self.chunk_size = int(chunk_size)
         self.history = int(history)
         self.keys = keys
