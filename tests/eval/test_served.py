@@ -30,11 +30,14 @@ TASK = "VLA-PickCup-v0"
 STEPS = 7  # per episode: chunks of 4 executed 3 at a time, the third cut short
 
 
-def make_checkpoint(folder, head: str):
+def make_checkpoint(folder, kind: str):
+    """A tiny checkpoint: "l1" and "flow" heads executing 3 actions per chunk, "ensemble" an L1 head that acts
+    with a temporal ensemble."""
     torch.manual_seed(0)
+    acting = {"temporal_ensemble": True} if kind == "ensemble" else {"n_action_steps": 3}
     config = VLAConfig(
-        head=head, cameras=("front", "wrist"), image_size=16, vision_channels=(8,), hidden_dim=16, text_layers=1,
-        text_heads=2, chunk_size=4, n_action_steps=3, trunk_layers=1, flow_steps=2,
+        head="flow" if kind == "flow" else "l1", cameras=("front", "wrist"), image_size=16, vision_channels=(8,),
+        hidden_dim=16, text_layers=1, text_heads=2, chunk_size=4, trunk_layers=1, flow_steps=2, **acting,
     )  # fmt: skip
     policy = VLAPolicy(config)
     rng = np.random.default_rng(0)
@@ -47,12 +50,12 @@ def make_checkpoint(folder, head: str):
     return folder
 
 
-@pytest.fixture(scope="module", params=["l1", "flow"])
+@pytest.fixture(scope="module", params=["l1", "flow", "ensemble"])
 def served(request, tmp_path_factory):
-    """(checkpoint folder, a running server of it)."""
+    """(checkpoint folder, a running server of it, requests per episode of STEPS steps)."""
     folder = make_checkpoint(tmp_path_factory.mktemp(f"served_{request.param}") / "ckpt", request.param)
     server = PolicyServer(str(folder), port=0).start()
-    yield folder, server
+    yield folder, server, STEPS if request.param == "ensemble" else 3  # every step, or a chunk every 3 steps
     server.stop()
 
 
@@ -76,9 +79,10 @@ def test_wire_round_trip_and_openpis_byte_keys():
 
 
 def test_served_actions_equal_the_in_process_checkpoints_step_by_step(served):
-    folder, server = served
+    folder, server, per_episode = served
     local, remote = CheckpointPolicy(folder), ServedPolicy(server.uri)
-    assert remote.env_kwargs == local.env_kwargs and remote.env_id == TASK and remote.n_action_steps == 3
+    assert remote.env_kwargs == local.env_kwargs and remote.env_id == TASK
+    assert remote.chunk_execution()["n_action_steps"] == local.chunk_execution()["n_action_steps"]
     envs = make_rollout_envs(TASK, 1, "sync", **local.env_kwargs)
     try:
         for seed in (11, 12):
@@ -92,22 +96,22 @@ def test_served_actions_equal_the_in_process_checkpoints_step_by_step(served):
     finally:
         envs.close()
         remote.close()
-    assert len(remote.latencies) == 2 * 2  # two chunks per episode of 6 steps, 3 actions each
+    assert len(remote.latencies) == 2 * (STEPS - 1 if per_episode == STEPS else 2)  # 6 steps: every step, or 2 chunks
 
 
 def test_eval_through_the_server_gives_the_in_process_episodes(served, tmp_path):
-    folder, server = served
+    folder, server, per_episode = served
     common = dict(episodes=2, seed=500, progress=False)
     local = evaluate(EvalConfig(policy=str(folder), out=str(tmp_path / "local"), **common))
     remote = evaluate(EvalConfig(policy=server.uri, out=str(tmp_path / "remote"), **common))
     assert remote["tasks"][TASK]["episodes"] == local["tasks"][TASK]["episodes"]
     assert remote["env_kwargs"] == local["env_kwargs"]
     latency = remote["served_latency"]
-    assert latency["requests"] == 2 * 3 and 0 < latency["p50_ms"] <= latency["p99_ms"]
+    assert latency["requests"] == 2 * per_episode and 0 < latency["p50_ms"] <= latency["p99_ms"]
 
 
 def test_bad_requests_and_unreachable_servers_are_clear_errors(served):
-    _, server = served
+    _, server, _ = served
     policy = ServedPolicy(server.uri)
     with pytest.raises(EvalError, match="reported an error: bad request: the observation lacks"):
         policy.infer({"prompt": "pick up the cup"})

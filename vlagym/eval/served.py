@@ -112,6 +112,13 @@ class ServedPolicy:
         if ours:
             self.env_kwargs.update(self.metadata.get("env_kwargs") or {})
         self.n_action_steps = given.n_action_steps or (self.metadata.get("n_action_steps") if ours else None)
+        # a vlagym server's temporal ensemble: a chunk every step, averaged here, the gripper snapped afterwards
+        self._ensemble_coeff = (
+            self.metadata.get("ensemble_coeff") if ours and self.metadata.get("temporal_ensemble") else None
+        )
+        self._snap = bool(ours and self.metadata.get("binary_gripper") and not self.metadata.get("gripper_snapped"))
+        self._average: Any = None
+        self._count: Any = None
         self._noise_shape = tuple(self.metadata["noise_shape"]) if ours and self.metadata.get("noise_shape") else None
         self.latencies: list[float] = []
         """seconds of every request, send to reply"""
@@ -148,17 +155,29 @@ class ServedPolicy:
 
     # ------------------------------------------------------------------ EvalPolicy
     def chunk_execution(self) -> dict[str, Any] | None:
-        return {"n_action_steps": self.n_action_steps, "temporal_ensemble": False, "served": self.uri}
+        ensemble = self._ensemble_coeff is not None
+        return {
+            "n_action_steps": 1 if ensemble else self.n_action_steps,
+            "temporal_ensemble": ensemble,
+            "served": self.uri,
+        }
 
     def execute_chunks(self, n_action_steps: int | None = None, temporal_ensemble: bool = False) -> None:
         if temporal_ensemble:
-            raise ValueError("a served policy executes chunks; temporal ensembling is not supported")
-        self.n_action_steps = n_action_steps
+            if self._ensemble_coeff is None:
+                raise ValueError("temporal ensembling needs a vlagym server that announces its ensemble_coeff")
+            return
+        self.n_action_steps, self._ensemble_coeff = n_action_steps, None
+        self._snap = False  # the chunks of a server without an ensemble come back as they are executed
 
     def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
         mask = np.asarray(mask, bool)
         if len(self._queues) != len(mask):
             self._queues, self._generators = [[] for _ in mask], [None] * len(mask)
+        if self._count is not None and len(self._count) == len(mask):
+            self._count[np.flatnonzero(mask)] = 0
+        else:
+            self._average = self._count = None
         for i in np.flatnonzero(mask):
             self._queues[i] = []
             if self._noise_shape is not None:
@@ -168,6 +187,8 @@ class ServedPolicy:
         b = len(obs["proprio"])
         if len(self._queues) != b:
             self.reset(np.ones(b, bool))
+        if self._ensemble_coeff is not None:
+            return self._ensembled(obs, b)
         actions = []
         for i in range(b):
             if not self._queues[i]:
@@ -175,7 +196,26 @@ class ServedPolicy:
             actions.append(self._queues[i].pop(0))
         return np.stack(actions).astype(np.float32)
 
-    def _chunk(self, obs: Any, i: int) -> list[np.ndarray]:
+    def _ensembled(self, obs: Any, b: int) -> np.ndarray:
+        """Every row's chunk of this step, averaged with the earlier ones (`temporal_ensemble_step`), snapped."""
+        import torch
+
+        from vlagym.policies.vla import temporal_ensemble_step
+
+        chunk = torch.from_numpy(np.stack([np.stack(self._chunk(obs, i, cut=False)) for i in range(b)]))
+        if self._count is None:
+            k, a = chunk.shape[1:]
+            self._average = torch.zeros(b, k - 1, a, dtype=chunk.dtype)
+            self._count = torch.zeros(b, k - 1, dtype=torch.long)
+        action, self._average, self._count = temporal_ensemble_step(
+            chunk, self._average, self._count, float(self._ensemble_coeff)
+        )
+        if self._snap:
+            action = action.clone()
+            action[:, -1] = torch.where(action[:, -1] >= 0, 1.0, -1.0)
+        return action.numpy().astype(np.float32)
+
+    def _chunk(self, obs: Any, i: int, cut: bool = True) -> list[np.ndarray]:
         m = self.mapping
         request: dict[str, Any] = {}
         for cam, key in m.image_keys.items():
@@ -198,7 +238,7 @@ class ServedPolicy:
             chunk = chunk * np.asarray(m.action_scale, np.float32)
         if m.action_offset is not None:
             chunk = chunk + np.asarray(m.action_offset, np.float32)
-        return list(chunk[: self.n_action_steps or len(chunk)])
+        return list(chunk[: self.n_action_steps or len(chunk)] if cut else chunk)
 
 
 def latency_summary(latencies: list[float]) -> dict[str, float] | None:

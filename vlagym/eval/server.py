@@ -8,8 +8,10 @@ cameras, chunk size and ``n_action_steps`` (how `vlagym eval` executes its chunk
 ``noise_shape`` a client may fill. Every observation message (keys of `ServedMapping`, the LIBERO convention
 by default: one (H, W, 3) uint8 image per camera, the proprio vector, the prompt; optionally ``noise``) gets
 ``{"actions": (K, A) float32, "server_timing": {"infer_ms": ...}}``: the checkpoint's chunk in env units, the
-gripper snapped to +-1 when the checkpoint does so. A bad message gets a one-line text reply and the
-connection is closed, as openpi's servers do. One model serves the connections one request at a time.
+gripper snapped to +-1 when the checkpoint does so (a temporal-ensemble checkpoint's chunks come back raw: a
+vlagym client averages them over steps, then snaps, as the checkpoint does in process). A bad message gets a
+one-line text reply and the connection is closed, as openpi's servers do. One model serves every connection,
+one request at a time.
 """
 
 from __future__ import annotations
@@ -43,11 +45,6 @@ class PolicyServer:
                 self.checkpoint.execute_chunks(n_action_steps)
             except ValueError as e:
                 raise EvalError(f"n_action_steps: {e}") from e
-        elif cfg.temporal_ensemble:
-            raise EvalError(
-                "the checkpoint acts with a temporal ensemble, which predicts every step: serve its chunks with "
-                "--n-action-steps K instead"
-            )
         cfg = policy.config
         self.mapping = ServedMapping(image_keys={cam: default_image_key(cam) for cam in cfg.cameras})
         self.metadata: dict[str, Any] = {
@@ -61,6 +58,12 @@ class PolicyServer:
             "chunk_size": cfg.chunk_size,
             "action_dim": cfg.action_dim,
             "n_action_steps": cfg.n_action_steps,
+            # A temporal ensemble predicts every step and averages the chunks (a vlagym client does it); its chunks
+            # come back raw, since the gripper is snapped after averaging.
+            "temporal_ensemble": cfg.temporal_ensemble,
+            "ensemble_coeff": cfg.ensemble_coeff,
+            "binary_gripper": cfg.binary_gripper,
+            "gripper_snapped": cfg.binary_gripper and not cfg.temporal_ensemble,
             "noise_shape": [cfg.chunk_size, cfg.action_dim] if cfg.head == "flow" else None,
         }
         self._lock = threading.Lock()
@@ -107,7 +110,7 @@ class PolicyServer:
         start = time.perf_counter()
         with self._lock, torch.inference_mode():
             chunk = policy.predict_action_chunk(batch, noise=noise)[0].float().numpy()
-        if policy.config.binary_gripper:  # as select_action snaps every executed action
+        if self.metadata["gripper_snapped"]:  # as select_action snaps every executed action
             chunk[:, -1] = np.where(chunk[:, -1] >= 0, 1.0, -1.0)
         return {"actions": chunk, "server_timing": {"infer_ms": (time.perf_counter() - start) * 1e3}}
 

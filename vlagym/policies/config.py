@@ -1,16 +1,26 @@
-"""The VLA policy's configuration: one flat dataclass, validated on construction, saved as JSON with the weights."""
+"""The VLA policy's configuration: a dataclass (with one nested `BackboneConfig`), validated on construction, saved
+as JSON with the weights."""
 
 from __future__ import annotations
 
+import importlib
+import json
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from vlagym.config import Config
+from vlagym.config import Config, nested_config
 from vlagym.envs.constants import CAMERAS
 from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 
+logger = logging.getLogger(__name__)
+
 HEADS = ("l1", "flow")
+BACKBONE_TUNINGS = ("frozen", "full", "lora")
+BACKBONE_DTYPES = ("float32", "bfloat16")
+HF_HINT = "pip install 'vlagym[hf]'"
 FLOW_TIME_SAMPLINGS = ("uniform", "beta")
 
 
@@ -24,6 +34,152 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
+
+
+# Per-channel image normalisation of backbone families without a preprocessor_config.json beside their weights.
+_HALF = (0.5, 0.5, 0.5)
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+_FAMILY_NORMS = {"siglip": (_HALF, _HALF), "siglip_vision_model": (_HALF, _HALF)}
+
+
+@dataclass
+class BackboneConfig(Config):
+    """Pretrained Hugging Face `transformers` encoders in place of the VLA's own CNNs and instruction transformer
+    (docs/backbones.md; ``pip install 'vlagym[hf]'``). The default (no models) is the VLA of before, unchanged.
+
+    When a model is named and its `vision_config`/`text_config` is None, construction reads the model's config
+    (and image normalisation) once; those then travel in the checkpoint, so loading one never calls the Hub."""
+
+    vision_model: str | None = None
+    """a transformers vision model id or local folder (SigLIP, DINOv2, ResNet, CLIP, ...) shared by every camera,
+    each camera with its own projection; None: the VLA's own per-camera CNNs"""
+    text_model: str | None = None
+    """a transformers text encoder id or local folder (BERT-like, with its tokenizer) that reads the instruction;
+    None: the VLA's own instruction transformer"""
+    tuning: str = "frozen"
+    """how the pretrained models train: "frozen" (no gradients, kept in eval mode), "full" (fine-tuned) or "lora"
+    (peft LoRA adapters only)"""
+    lora_r: int = 16
+    """rank of the LoRA adapters"""
+    lora_alpha: float = 32.0
+    """LoRA scale numerator: the adapter's update is scaled by lora_alpha / lora_r"""
+    lora_dropout: float = 0.0
+    """dropout on the LoRA adapters' input"""
+    lora_target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    """names of the modules that get adapters, matched in each pretrained model (each must have one of them):
+    q_proj v_proj (SigLIP, CLIP), query value (DINOv2, BERT), convolution (ResNet)"""
+    dtype: str = "float32"
+    """dtype of the pretrained models' weights: "float32", or "bfloat16" (CUDA only)"""
+    image_size: int | None = None
+    """side the images are resized to for the vision model (None: its config's image_size, else the VLA's)"""
+    image_mean: tuple[float, ...] | None = None
+    """per-channel mean the [0, 1] images are normalised with (None: the model's preprocessor_config.json, else
+    its family's: 0.5 for SigLIP, ImageNet's for the others)"""
+    image_std: tuple[float, ...] | None = None
+    """per-channel standard deviation, as image_mean"""
+    text_subwords: int = 4
+    """subword tokens of the text model kept per instruction word (longer words are cut, with a warning)"""
+    vision_config: dict[str, Any] | None = None
+    """the vision model's transformers config as a dict (None: read from vision_model); saved in checkpoints"""
+    text_config: dict[str, Any] | None = None
+    """the text model's transformers config as a dict (None: read from text_model); saved in checkpoints"""
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        if self._needs_resolving():
+            self._resolve()
+
+    def _check_fields(self) -> None:
+        for name in ("vision_model", "text_model"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a model id or folder (or None), got {value!r}")
+            if value is None and getattr(self, name.replace("_model", "_config")) is not None:
+                raise ValueError(f"{name.replace('_model', '_config')} is set but {name} is None")
+        _choice("tuning", self.tuning, BACKBONE_TUNINGS)
+        _choice("dtype", self.dtype, BACKBONE_DTYPES)
+        _positive_int("lora_r", self.lora_r)
+        _positive_int("text_subwords", self.text_subwords)
+        if self.image_size is not None:
+            _positive_int("image_size", self.image_size)
+        if not (_finite(self.lora_alpha) and self.lora_alpha > 0):
+            raise ValueError(f"lora_alpha must be a number > 0, got {self.lora_alpha!r}")
+        if not (_finite(self.lora_dropout) and 0 <= self.lora_dropout < 1):
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if isinstance(self.lora_target_modules, str):
+            raise ValueError(
+                f"lora_target_modules must be a list of module names, got the string {self.lora_target_modules!r}"
+            )
+        self.lora_target_modules = tuple(self.lora_target_modules)
+        if not self.lora_target_modules or not all(isinstance(m, str) and m for m in self.lora_target_modules):
+            raise ValueError(f"lora_target_modules must name at least one module, got {list(self.lora_target_modules)}")
+        for name in ("image_mean", "image_std"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = tuple(value)
+            if len(value) != 3 or not all(_finite(v) for v in value) or (name == "image_std" and min(value) <= 0):
+                raise ValueError(f"{name} must be 3 finite numbers (std > 0), got {list(value)}")
+            setattr(self, name, tuple(float(v) for v in value))
+        for name in ("vision_config", "text_config"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, dict) and isinstance(value.get("model_type"), str)):
+                raise ValueError(f"{name} must be a transformers config dict with a 'model_type', got {value!r:.80}")
+
+    def _needs_resolving(self) -> bool:
+        return (self.vision_model is not None and self.vision_config is None) or (
+            self.text_model is not None and self.text_config is None
+        )
+
+    def _resolve(self) -> None:
+        """Read the models' configs (and the vision model's image normalisation) from their ids or folders."""
+        transformers = _require_hf("transformers", "a pretrained backbone")
+        if self.tuning == "lora":
+            _require_hf("peft", "tuning='lora'")
+        for kind in ("vision", "text"):
+            name = getattr(self, f"{kind}_model")
+            if name is None or getattr(self, f"{kind}_config") is not None:
+                continue
+            try:
+                config = transformers.AutoConfig.from_pretrained(name)
+            except (OSError, ValueError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ValueError(f"{kind}_model {name!r} is not a transformers model: {first}") from e
+            config = getattr(config, f"{kind}_config", None) or config  # a two-tower model (CLIP, SigLIP): one tower
+            setattr(self, f"{kind}_config", json.loads(config.to_json_string(use_diff=False)))
+        if self.vision_model is not None and (self.image_mean is None or self.image_std is None):
+            mean, std = _image_norm(transformers, self.vision_model, self.vision_config["model_type"])
+            self.image_mean = self.image_mean or mean
+            self.image_std = self.image_std or std
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any pretrained model replaces one of the VLA's own encoders."""
+        return self.vision_model is not None or self.text_model is not None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _require_hf(package: str, what: str) -> Any:
+    """The imported `package` (transformers or peft), or a one-line error naming the extra to install."""
+    try:
+        return importlib.import_module(package)
+    except ImportError as e:
+        raise ValueError(f"{what} needs the {package!r} package: {HF_HINT}") from e
+
+
+def _image_norm(transformers: Any, name: str, model_type: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) of the model's image processor config where it has one, else its family's."""
+    path = transformers.utils.cached_file(name, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False)
+    if path is not None:
+        processor = json.loads(Path(path).read_text())
+        if "image_mean" in processor and "image_std" in processor:
+            return tuple(map(float, processor["image_mean"])), tuple(map(float, processor["image_std"]))
+    mean, std = _FAMILY_NORMS.get(model_type, _IMAGENET)
+    logger.info("%s has no image processor config: normalising with %s mean %s std %s", name, model_type, mean, std)
+    return mean, std
 
 
 @dataclass
@@ -74,8 +230,12 @@ class VLAConfig(Config):
     data end, where the velocity field is hardest)."""
     normalization: str = "mean_std"
     """How proprio and actions are normalised with the dataset statistics (see `vlagym.wrappers.normalize`)."""
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    """Pretrained Hugging Face encoders in place of the CNNs and the instruction transformer (a `BackboneConfig`,
+    or its dict; docs/backbones.md). The default uses none."""
 
     def __post_init__(self) -> None:
+        self.backbone = nested_config("backbone", self.backbone, BackboneConfig)
         self._check_cameras()
         self._check_sizes()
         self._check_choices()

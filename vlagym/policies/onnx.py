@@ -12,10 +12,11 @@ The graph maps one observation batch to an action chunk, normalisation included:
              noise     float32 (B, K, A), flow head only: the flow's starting point (standard normal)
     output   actions   float32 (B, K, A) in env units
 
-The batch axis is dynamic. The checkpoint's config.json (architecture, tokenizer vocabulary, normalisation
-statistics) is stored in the model's metadata under ``vlagym.checkpoint``, so a deployer tokenizes and reads
-the action layout without vlagym's checkpoint folder. Executing a chunk (queue, temporal ensemble, binary
-gripper) stays with the caller, as for `VLAPolicy.predict_action_chunk`.
+The batch axis is dynamic. LoRA adapters of a pretrained backbone are merged into its weights in the graph. The
+checkpoint's config.json (architecture, tokenizer vocabulary, normalisation statistics) is stored in the model's
+metadata under ``vlagym.checkpoint``, so a deployer tokenizes and reads the action layout without vlagym's
+checkpoint folder. Executing a chunk (queue, temporal ensemble, binary gripper) stays with the caller, as for
+`VLAPolicy.predict_action_chunk`.
 
 Exporting needs ``onnx`` and ``onnxscript`` (torch's exporter), acting needs ``onnxruntime``: ``pip install
 "vlagym[onnx]"``.
@@ -37,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from vlagym.io import temp_path
+from vlagym.policies.backbones import merge_lora
 from vlagym.policies.checkpoint import read_checkpoint_config
 from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, Generators, VLAPolicy, load_policy
@@ -123,7 +125,8 @@ def export_onnx(
         import onnx
     except ImportError as e:
         raise _missing("onnx", "ONNX export") from e
-    graph = ActingGraph(policy).eval()
+    # LoRA adapters merged into their base layers: the graph is the plain backbone's, at its speed.
+    graph = ActingGraph(merge_lora(policy)).eval()
     inputs = example_inputs(policy)
     batch = torch.export.Dim("batch", min=1, max=4096)
     out = Path(out)
@@ -158,7 +161,7 @@ def export_onnx(
     diff = None
     if check:
         with torch.inference_mode():
-            expected = graph(*inputs).numpy()
+            expected = ActingGraph(policy)(*inputs).numpy()  # unmerged: the check covers the merge too
         diff = float(np.abs(OnnxPolicy(out).run(*[x.numpy() for x in inputs]) - expected).max())
     report = ExportReport(str(out), out.stat().st_size, opset, export_s, diff)
     logger.info("exported %s to %s: %s", checkpoint, out, report)

@@ -1,5 +1,6 @@
 """A small vision-language-action policy: per-camera CNNs (FiLM-conditioned on the instruction), an instruction
-transformer, a proprio MLP, a trunk, and an action-chunk head (L1 regression or flow matching).
+transformer, a proprio MLP, a trunk, and an action-chunk head (L1 regression or flow matching). Pretrained Hugging
+Face encoders can replace the CNNs and the instruction transformer (`vlagym.policies.backbones`).
 
 Batches use the keys of `vlagym.train.dataset.DemoDataset`: ``observation.images.<camera>`` uint8 ``(B, 3, H, W)``,
 ``observation.proprio`` ``(B, 23)``, ``instruction`` (list of str) or ``instruction_tokens`` ``(B, L)`` int64,
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlagym.policies.backbones import PretrainedText, PretrainedVision
 from vlagym.policies.checkpoint import check_state_dict, read_checkpoint_config, read_weights, save_checkpoint
 from vlagym.policies.config import VLAConfig
 from vlagym.wrappers.language import PAD_ID, Tokenizer
@@ -146,23 +148,56 @@ def _time_embedding(t: Tensor, dim: int) -> Tensor:
     return F.pad(emb, (0, dim - emb.shape[-1]))
 
 
+def temporal_ensemble_step(
+    chunk: Tensor, average: Tensor, count: Tensor, coeff: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One step of ACT's temporal ensemble, as an online weighted mean with weights exp(-coeff * i), i = 0 the
+    oldest prediction: (the action to execute (B, A), the new running averages (B, K-1, A), the new counts).
+
+    `average[r, j]` is row r's running average for the step j ahead over `count[r, j]` earlier predictions (0
+    for a row that was just reset); `chunk` (B, K, A) is this step's prediction."""
+    b, k = chunk.shape[:2]
+    weights = torch.exp(-coeff * torch.arange(k, device=chunk.device, dtype=chunk.dtype))
+    cum = F.pad(weights.cumsum(0), (1, 0))  # cum[n]: total weight of the n oldest predictions
+    n = count  # steps 0 .. K-2 of this chunk overlap the running averages
+    overlap = (average * cum[n][..., None] + chunk[:, :-1] * weights[n][..., None]) / cum[n + 1][..., None]
+    avg = torch.cat([overlap, chunk[:, -1:]], dim=1)
+    ones = torch.ones(b, 1, dtype=torch.long, device=chunk.device)
+    return avg[:, 0], avg[:, 1:], torch.cat([(n[:, 1:] + 1).clamp_max(k - 1), ones], dim=1)
+
+
 class VLAPolicy(nn.Module):
     """Vision-language-action policy with an action-chunk head; see the module docstring for batch keys.
 
     Args:
         config: architecture and acting settings.
         tokenizer: vocabulary of the instruction encoder (default `Tokenizer.from_tasks()`); saved with the policy.
+        pretrained_backbones: load the pretrained weights of `config.backbone`'s models (False: build them from
+            their saved configs only, for a checkpoint's weights to fill; never calls the Hub).
     """
 
-    def __init__(self, config: VLAConfig | None = None, tokenizer: Tokenizer | None = None):
+    def __init__(
+        self, config: VLAConfig | None = None, tokenizer: Tokenizer | None = None, pretrained_backbones: bool = True
+    ):
         super().__init__()
         self.config = cfg = config if config is not None else VLAConfig()
         if not isinstance(cfg, VLAConfig):
             raise TypeError(f"config must be a VLAConfig, got {type(cfg).__name__}")
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_tasks()
         h, chunk = cfg.hidden_dim, cfg.chunk_size * cfg.action_dim
-        self.text = InstructionEncoder(self.tokenizer.vocab_size, cfg.max_tokens, h, cfg.text_layers, cfg.text_heads)
-        self.vision = nn.ModuleDict({cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras})
+        bb, pretrained = cfg.backbone, pretrained_backbones
+        if bb.text_model is not None:
+            self.text = PretrainedText(bb, self.tokenizer, h, pretrained)
+        else:
+            self.text = InstructionEncoder(
+                self.tokenizer.vocab_size, cfg.max_tokens, h, cfg.text_layers, cfg.text_heads
+            )
+        if bb.vision_model is not None:  # one backbone for every camera (docs/backbones.md)
+            self.vision = PretrainedVision(bb, cfg.cameras, cfg.image_size, h, cfg.film, pretrained)
+        else:
+            self.vision = nn.ModuleDict(
+                {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras}
+            )
         self.proprio = _mlp([cfg.proprio_dim, h, h])
         trunk_in = h * (len(cfg.cameras) + 2)
         self.trunk = nn.Sequential(_mlp([trunk_in] + [h] * cfg.trunk_layers), nn.GELU())
@@ -221,6 +256,8 @@ class VLAPolicy(nn.Module):
         x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
         if x.ndim != 4 or x.shape[1] != 3:
             raise ValueError(f"{key!r} must be (B, 3, H, W), got shape {tuple(x.shape)}")
+        if isinstance(self.vision, PretrainedVision):
+            return x  # [0, 1]: the backbone resizes and normalises as it was pretrained
         size = self.config.image_size
         if x.shape[-2:] != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
@@ -243,7 +280,10 @@ class VLAPolicy(nn.Module):
         text = self.text(self._tokens(batch))
         proprio = torch.as_tensor(batch[PROPRIO_KEY], device=self.device).float()
         proprio = (proprio - self.proprio_offset) / self.proprio_scale
-        parts = [self.vision[cam](self._images(batch, cam), text) for cam in self.config.cameras]
+        if isinstance(self.vision, PretrainedVision):
+            parts = self.vision([self._images(batch, cam) for cam in self.config.cameras], text)
+        else:
+            parts = [self.vision[cam](self._images(batch, cam), text) for cam in self.config.cameras]
         return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
 
     # ------------------------------------------------------------------ heads
@@ -398,21 +438,15 @@ class VLAPolicy(nn.Module):
         return int(torch.as_tensor(batch[IMAGE_KEY + self.config.cameras[0]]).shape[0])
 
     def _ensembled_action(self, chunk: Tensor) -> Tensor:
-        """ACT's temporal ensemble, as an online weighted mean with weights exp(-coeff * i), i = 0 the oldest.
-
-        Row r's step j ahead has averaged `count[r, j]` earlier predictions; 0 for a row that was just reset."""
+        """ACT's temporal ensemble of this step's chunks (`temporal_ensemble_step`); rows reset get count 0."""
         b, k = chunk.shape[:2]
-        weights = torch.exp(-self.config.ensemble_coeff * torch.arange(k, device=chunk.device, dtype=chunk.dtype))
-        cum = F.pad(weights.cumsum(0), (1, 0))  # cum[n]: total weight of the n oldest predictions
         if self._ensemble is None or self._ensemble.shape[0] != b:
             self._ensemble = torch.zeros(b, k - 1, chunk.shape[2], device=chunk.device, dtype=chunk.dtype)
             self._ensemble_count = torch.zeros(b, k - 1, dtype=torch.long, device=chunk.device)
-        n = self._ensemble_count  # steps 0 .. K-2 of this chunk overlap the running averages
-        overlap = (self._ensemble * cum[n][..., None] + chunk[:, :-1] * weights[n][..., None]) / cum[n + 1][..., None]
-        avg = torch.cat([overlap, chunk[:, -1:]], dim=1)
-        ones = torch.ones(b, 1, dtype=torch.long, device=chunk.device)
-        self._ensemble, self._ensemble_count = avg[:, 1:], torch.cat([(n[:, 1:] + 1).clamp_max(k - 1), ones], dim=1)
-        return avg[:, 0]
+        action, self._ensemble, self._ensemble_count = temporal_ensemble_step(
+            chunk, self._ensemble, self._ensemble_count, self.config.ensemble_coeff
+        )
+        return action
 
     def batch_from_obs(self, obs: Mapping[str, Any]) -> dict[str, Any]:
         """The model's batch from a Gymnasium rgb observation: ``{"images": {cam: (B, H, W, 3) uint8},
@@ -450,7 +484,8 @@ class VLAPolicy(nn.Module):
 
 def policy_from_meta(meta: Mapping[str, Any]) -> VLAPolicy:
     """An untrained `VLAPolicy` with the config, tokenizer and statistics of a checkpoint's ``config.json``."""
-    policy = VLAPolicy(VLAConfig.from_dict(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"])))
+    config, tokenizer = VLAConfig.from_dict(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"]))
+    policy = VLAPolicy(config, tokenizer, pretrained_backbones=False)  # the weights follow, from the checkpoint
     if meta.get("stats") is not None:
         policy.set_stats(NormStats.from_dict(meta["stats"]))
     return policy
