@@ -175,3 +175,23 @@ def test_serve_command_errors(tmp_path, capsys):
     assert "port must be between 0 and 65535" in capsys.readouterr().err
     assert main(["eval", "--policy", str(folder), "--served-mapping", json.dumps({"state_key": ""})]) == 2
     assert "--served-mapping is for a policy server" in capsys.readouterr().err
+
+
+def test_a_suite_through_the_server_gives_the_in_process_bundle(served, tmp_path, monkeypatch):
+    from vlagym.eval import suites
+    from vlagym.eval.configs import SuiteRunConfig
+    from vlagym.eval.suite_run import run_suite
+    from vlagym.eval.suites import SuiteProtocol
+
+    folder, server, _ = served
+    tiny = SuiteProtocol(
+        name="tiny", version="0", description="one task, two splits", tasks=(TASK,), splits=("train", "lighting"),
+        episodes=2, base_seed=5_000_000, horizons=((TASK, 100),),
+    )  # fmt: skip
+    monkeypatch.setitem(suites.SUITES, "tiny", tiny)
+    local = run_suite(SuiteRunConfig(suite="tiny", policy=str(folder), out=str(tmp_path / "l"), progress=False))
+    remote = run_suite(SuiteRunConfig(suite="tiny", policy=server.uri, out=str(tmp_path / "r"), progress=False))
+    for split in ("train", "lighting"):
+        assert remote["results"][TASK][split]["episodes"] == local["results"][TASK][split]["episodes"]
+    assert set(remote["fingerprint"]["checkpoint_sha256"].values()) == {"served: not hashed"}
+    assert f"--policy {server.uri}" in remote["reproduce"]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vlagym.eval.adapters import NOISE_STREAM
-from vlagym.eval.configs import EXPERT, SuiteRunConfig
+from vlagym.eval.configs import EXPERT, SuiteRunConfig, policy_kind
 from vlagym.eval.diagnostics import OUTCOMES, format_controls, write_heatmap
 from vlagym.eval.layout import BUNDLE_JSON, BUNDLE_MD, CHECKPOINT_FILES, HEATMAP_PNG
 from vlagym.eval.machine import machine_fingerprint
@@ -34,9 +34,13 @@ BOOTSTRAP_SEED = 0
 
 # ---------------------------------------------------------------------------- fingerprint
 def checkpoint_hashes(policy: str) -> dict[str, str]:
-    """sha256 of the checkpoint's files and of its normalisation statistics (canonical JSON); "expert" for it."""
+    """sha256 of the checkpoint's files and of its normalisation statistics (canonical JSON); "expert" for it, and
+    "<kind>: not hashed" for a served or factory policy."""
     if policy == EXPERT:
         return {name: EXPERT for name in (*CHECKPOINT_FILES, "stats")}
+    kind = policy_kind(policy)
+    if kind != "checkpoint":  # a policy server or a user's factory: no files here to hash
+        return {name: f"{kind}: not hashed" for name in (*CHECKPOINT_FILES, "stats")}
     folder = Path(policy)
     hashes = {name: file_sha256(folder / name) for name in CHECKPOINT_FILES}
     stats = json.loads((folder / "config.json").read_text()).get("stats")
@@ -67,6 +71,8 @@ def reproduction_command(cfg: SuiteRunConfig) -> str:
         argv.append("--language-controls")
     if cfg.videos:
         argv += ["--videos", str(cfg.videos)]
+    if cfg.served_mapping:
+        argv += ["--served-mapping", json.dumps(cfg.served_mapping, sort_keys=True)]
     if cfg.sequential_width is not None:  # both, always: a later default must not change what reruns
         argv += ["--sequential-width", repr(float(cfg.sequential_width))]
         argv += ["--sequential-min-episodes", str(cfg.sequential_min_episodes)]
