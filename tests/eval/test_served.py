@@ -99,6 +99,29 @@ def test_served_actions_equal_the_in_process_checkpoints_step_by_step(served):
     assert len(remote.latencies) == 2 * (STEPS - 1 if per_episode == STEPS else 2)  # 6 steps: every step, or 2 chunks
 
 
+def test_chunks_of_an_ensemble_server_executed_as_chunks_equal_the_checkpoints(tmp_path):
+    """A protocol that fixes actions per chunk turns a temporal ensemble off: both sides then execute raw chunks
+    and snap the gripper per action."""
+    folder = make_checkpoint(tmp_path / "ckpt", "ensemble")
+    with PolicyServer(str(folder), port=0) as server:
+        local, remote = CheckpointPolicy(folder), ServedPolicy(server.uri)
+        local.execute_chunks(2)
+        remote.execute_chunks(2)
+        envs = make_rollout_envs(TASK, 1, "sync", **local.env_kwargs)
+        try:
+            obs, _ = envs.reset(seed=[21])
+            for policy in (local, remote):
+                policy.reset(np.ones(1, bool), seeds=[21])
+            for _ in range(STEPS - 1):
+                expected, got = local(obs), remote(obs)
+                np.testing.assert_array_equal(got, expected)
+                assert abs(expected[0, -1]) == 1.0
+                obs, *_ = envs.step(expected)
+        finally:
+            envs.close()
+            remote.close()
+
+
 def test_eval_through_the_server_gives_the_in_process_episodes(served, tmp_path):
     folder, server, per_episode = served
     common = dict(episodes=2, seed=500, progress=False)

@@ -167,8 +167,7 @@ class ServedPolicy:
             if self._ensemble_coeff is None:
                 raise ValueError("temporal ensembling needs a vlagym server that announces its ensemble_coeff")
             return
-        self.n_action_steps, self._ensemble_coeff = n_action_steps, None
-        self._snap = False  # the chunks of a server without an ensemble come back as they are executed
+        self.n_action_steps, self._ensemble_coeff = n_action_steps, None  # raw chunks stay snapped per action
 
     def reset(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> None:
         mask = np.asarray(mask, bool)
@@ -194,7 +193,7 @@ class ServedPolicy:
             if not self._queues[i]:
                 self._queues[i] = self._chunk(obs, i)
             actions.append(self._queues[i].pop(0))
-        return np.stack(actions).astype(np.float32)
+        return self._snapped(np.stack(actions).astype(np.float32))
 
     def _ensembled(self, obs: Any, b: int) -> np.ndarray:
         """Every row's chunk of this step, averaged with the earlier ones (`temporal_ensemble_step`), snapped."""
@@ -210,10 +209,13 @@ class ServedPolicy:
         action, self._average, self._count = temporal_ensemble_step(
             chunk, self._average, self._count, float(self._ensemble_coeff)
         )
+        return self._snapped(action.numpy().astype(np.float32))
+
+    def _snapped(self, actions: np.ndarray) -> np.ndarray:
+        """The gripper entries snapped to +-1 when the server returns raw chunks of a checkpoint that snaps."""
         if self._snap:
-            action = action.clone()
-            action[:, -1] = torch.where(action[:, -1] >= 0, 1.0, -1.0)
-        return action.numpy().astype(np.float32)
+            actions[:, -1] = np.where(actions[:, -1] >= 0, 1.0, -1.0)
+        return actions
 
     def _chunk(self, obs: Any, i: int, cut: bool = True) -> list[np.ndarray]:
         m = self.mapping

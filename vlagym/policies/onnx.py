@@ -60,7 +60,7 @@ def _missing(package: str, what: str) -> ExportError:
 
 class ActingGraph(nn.Module):
     """`VLAPolicy.predict_action_chunk` on tensors only (what the exporter traces): images, tokens, proprio
-    (and the flow's noise) to the action chunk in env units."""
+    (and the flow's noise) to the action chunk in env units, through `VLAPolicy.chunk_from_features`."""
 
     def __init__(self, policy: VLAPolicy):
         super().__init__()
@@ -71,15 +71,7 @@ class ActingGraph(nn.Module):
         n = len(cfg.cameras)
         batch: dict[str, Any] = {IMAGE_KEY + cam: x for cam, x in zip(cfg.cameras, inputs[:n], strict=True)}
         batch["instruction_tokens"], batch[PROPRIO_KEY] = inputs[n], inputs[n + 1]
-        feats = p.features(batch)
-        if cfg.head == "l1":
-            pred = p.head(feats).view(-1, cfg.chunk_size, cfg.action_dim)
-        else:  # the same Euler steps as predict_action_chunk, from the given noise
-            pred, dt = inputs[n + 2], 1.0 / cfg.flow_steps
-            for i in range(cfg.flow_steps):
-                t = torch.full((pred.shape[0],), i * dt, dtype=pred.dtype)
-                pred = pred + dt * p._velocity(feats, pred, t)
-        return pred * p.action_scale + p.action_offset
+        return p.chunk_from_features(p.features(batch), inputs[n + 2] if cfg.head == "flow" else None)
 
 
 def input_names(config: VLAConfig) -> list[str]:

@@ -345,18 +345,24 @@ class VLAPolicy(nn.Module):
         `noise` (B, K, A) gives the flow's starting point instead (e.g. drawn by a remote client)."""
         cfg = self.config
         feats = self.features(batch)
+        if cfg.head == "flow":
+            if noise is None:
+                noise = self._initial_noise(feats.shape[0], generator, rows)
+            noise = torch.as_tensor(noise, dtype=feats.dtype, device=self.device)
+            if noise.shape != (feats.shape[0], cfg.chunk_size, cfg.action_dim):
+                raise ValueError(
+                    f"noise must be ({feats.shape[0]}, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(noise.shape)}"
+                )
+        return self.chunk_from_features(feats, noise)
+
+    def chunk_from_features(self, feats: Tensor, noise: Tensor | None = None) -> Tensor:
+        """(B, K, A) actions in env units from trunk features; the flow head integrates from `noise` (B, K, A).
+        Tensors only, so `vlagym.policies.onnx` exports it as it is."""
+        cfg = self.config
         if cfg.head == "l1":
             pred = self.head(feats).view(-1, cfg.chunk_size, cfg.action_dim)
         else:
-            if noise is None:
-                pred = self._initial_noise(feats.shape[0], generator, rows)
-            else:
-                pred = torch.as_tensor(noise, dtype=feats.dtype, device=self.device)
-                if pred.shape != (feats.shape[0], cfg.chunk_size, cfg.action_dim):
-                    raise ValueError(
-                        f"noise must be ({feats.shape[0]}, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(pred.shape)}"
-                    )
-            dt = 1.0 / cfg.flow_steps
+            pred, dt = noise, 1.0 / cfg.flow_steps
             for i in range(cfg.flow_steps):
                 t = torch.full((pred.shape[0],), i * dt, device=self.device)
                 pred = pred + dt * self._velocity(feats, pred, t)
