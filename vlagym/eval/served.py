@@ -199,7 +199,7 @@ class ServedPolicy:
         """Every row's chunk of this step, averaged with the earlier ones (`temporal_ensemble_step`), snapped."""
         import torch
 
-        from vlagym.policies.vla import temporal_ensemble_step
+        from vlagym.policies.acting import temporal_ensemble_step
 
         chunk = torch.from_numpy(np.stack([np.stack(self._chunk(obs, i, cut=False)) for i in range(b)]))
         if self._count is None:
