@@ -71,10 +71,15 @@ def _inject_lora(cfg: BackboneConfig, model: nn.Module, name: str) -> nn.Module:
     )
     try:
         # Into the module itself (no PeftModel wrapper): only the adapters stay trainable.
-        return peft.inject_adapter_in_model(lora, model)
+        model = peft.inject_adapter_in_model(lora, model)
     except ValueError as e:
         first = str(e).strip().splitlines()[0]
         raise ValueError(f"lora_target_modules {list(cfg.lora_target_modules)} do not fit {name!r}: {first}") from e
+    # The adapters train in float32 whatever the base's dtype (peft casts their input and output).
+    for n, x in model.named_parameters():
+        if "lora_" in n:
+            x.data = x.data.float()
+    return model
 
 
 def merge_lora(module: nn.Module) -> nn.Module:
@@ -88,6 +93,19 @@ def merge_lora(module: nn.Module) -> nn.Module:
             if hasattr(child, "lora_A") and hasattr(child, "get_base_layer"):
                 child.merge()
                 setattr(parent, child_name, child.get_base_layer())
+    return module
+
+
+def backbones_to_float32(module: nn.Module) -> nn.Module:
+    """A copy of `module` whose pretrained backbones compute in float32 (a portable graph: onnxruntime's CPU
+    kernels have no bfloat16 convolutions or matmuls); `module` itself when they already do."""
+    if all(m.dtype == "float32" for m in module.modules() if isinstance(m, _Tuned)):
+        return module
+    module = copy.deepcopy(module)
+    for m in module.modules():
+        if isinstance(m, _Tuned):
+            m.model.float()
+            m.dtype = "float32"
     return module
 
 
@@ -109,10 +127,6 @@ class _Tuned(nn.Module):
         return self
 
     def _run(self, **inputs: Tensor) -> Any:
-        dtype = DTYPES[self.dtype]
-        device = next(iter(inputs.values())).device
-        if dtype != torch.float32 and device.type != "cuda":
-            raise ValueError(f"backbone dtype {self.dtype!r} runs on CUDA only; this model is on {device}")
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.tuning != "frozen"):
             return self.model(**inputs)
 

@@ -69,7 +69,8 @@ class BackboneConfig(Config):
     """names of the modules that get adapters, matched in each pretrained model (each must have one of them):
     q_proj v_proj (SigLIP, CLIP), query value (DINOv2, BERT), convolution (ResNet)"""
     dtype: str = "float32"
-    """dtype of the pretrained models' weights: "float32", or "bfloat16" (CUDA only)"""
+    """dtype of the pretrained models' weights: "float32", or "bfloat16" (meant for CUDA; runs on the CPU too,
+    slower); LoRA adapters stay float32"""
     image_size: int | None = None
     """side the images are resized to for the vision model (None: its config's image_size, else the VLA's)"""
     image_mean: tuple[float, ...] | None = None
