@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import h5py
@@ -146,6 +148,38 @@ def test_round_trip_is_exact_but_for_the_video_loss(demos, exported):
     psnrs = round_trip_psnr(demos, lerobot_demo_file(exported))
     print(f"round-trip PSNR yuv420p crf 18 at 32 px: {psnrs}")
     assert min(psnrs.values()) > PSNR_YUV420, psnrs
+
+
+@pytest.mark.skipif(
+    not os.environ.get("VLAGYM_LEROBOT_PYTHON"),
+    reason="VLAGYM_LEROBOT_PYTHON names no interpreter with lerobot or lerobot-dataset (see docs/lerobot.md)",
+)
+def test_lerobot_itself_reads_the_export(demos, exported, tmp_path):
+    """LeRobot's own reader (in its own environment: it pins torch and huggingface-hub versions vlagym's extras
+    cannot share) loads the folder: the same frames, exact low-dim data, the codec's loss on images."""
+    reader = Path(__file__).parent / "external" / "lerobot_read.py"
+    result = subprocess.run(
+        [os.environ["VLAGYM_LEROBOT_PYTHON"], str(reader), str(exported), str(tmp_path / "read.npz")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    read = np.load(tmp_path / "read.npz")
+    with h5py.File(demos) as f:
+        demo_list = [f["data"][f"demo_{i}"] for i in range(3)]
+        assert json.loads(result.stdout.splitlines()[-1]) == {
+            "episodes": 3, "frames": sum(int(d.attrs["num_samples"]) for d in demo_list), "fps": 20,
+        }  # fmt: skip
+        joined = {key: np.concatenate([d[key][()] for d in demo_list]) for key in ("actions", "obs/proprio")}
+        assert np.array_equal(read["action"], joined["actions"])
+        assert np.array_equal(read["observation.state"], joined["obs/proprio"])
+        lengths = [int(d.attrs["num_samples"]) for d in demo_list]
+        assert np.array_equal(read["episode_index"], np.repeat(np.arange(3), lengths))
+        assert list(read["task"]) == list(np.repeat([d.attrs["instruction"] for d in demo_list], lengths))
+        for cam in ("front", "wrist"):
+            frames = np.concatenate([d[f"obs/{cam}_rgb"][()] for d in demo_list])
+            decoded = np.round(read[f"observation.images.{cam}"].transpose(0, 2, 3, 1) * 255)  # float CHW in [0, 1]
+            print(f"LeRobot's reader: PSNR {cam} {psnr(frames, decoded):.1f} dB")
+            assert psnr(frames, decoded) > PSNR_YUV420
 
 
 def test_yuv444p_keeps_colour(demos, tmp_path):
