@@ -6,6 +6,9 @@ A vlagym checkpoint served on loopback by `PolicyServer` must act exactly as the
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,12 +73,77 @@ def test_wire_round_trip_and_openpis_byte_keys():
     def byte_keys(obj):  # how openpi's own client tags an array
         return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
 
+    # openpi's unpacker recognises bytes tag keys only (as its packer writes them), so ours are bytes too
+    raw = msgpack.unpackb(pack({"a": np.zeros(2, np.float32), "s": np.int64(3)}), raw=False)
+    assert raw["a"][b"__ndarray__"] is True and raw["a"][b"dtype"] == "<f4" and raw["a"][b"shape"] == [2]
+    assert raw["s"][b"__npgeneric__"] is True and raw["s"][b"data"] == 3
     theirs = msgpack.Packer(default=byte_keys).pack({"actions": np.ones((4, 7), np.float32)})
     np.testing.assert_array_equal(unpack(theirs)["actions"], np.ones((4, 7), np.float32))
     with pytest.raises(WireError, match="not a message"):
         unpack(b"\xc1")
     with pytest.raises(WireError, match="cannot send"):
         pack({"x": np.array(["text"])})
+
+
+@pytest.mark.skipif(
+    not os.environ.get("VLAGYM_OPENPI_PYTHON"),
+    reason="VLAGYM_OPENPI_PYTHON names no interpreter with openpi-client (see docs/serving.md)",
+)
+def test_openpis_own_client_gets_the_checkpoints_chunks(served, tmp_path):
+    """openpi's `WebsocketClientPolicy` (in its own environment: it pins numpy < 2) reads the metadata and gets,
+    for LIBERO-keyed observations, the chunks the server computes in process (the flow head's with sent noise)."""
+    folder, server, _ = served
+    rng = np.random.default_rng(3)
+    n, meta = 3, server.metadata
+    obs = {key: rng.integers(0, 256, (n, 16, 16, 3), dtype=np.uint8) for key in meta["image_keys"].values()}
+    obs["observation/state"] = rng.normal(0.0, 0.5, (n, 23)).astype(np.float32)
+    obs["prompt"] = np.array(["pick up the red cup", "pick up the blue cup", "pick up the green cup"])
+    if meta["noise_shape"]:
+        obs["noise"] = rng.standard_normal((n, *meta["noise_shape"])).astype(np.float32)
+    np.savez(tmp_path / "obs.npz", **obs)
+    client = Path(__file__).parent / "external" / "openpi_infer.py"
+    command = [os.environ["VLAGYM_OPENPI_PYTHON"], str(client), server.uri, str(tmp_path / "obs.npz")]
+    result = subprocess.run([*command, str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1])["chunk_size"] == meta["chunk_size"]
+    got = np.load(tmp_path / "out.npz")["actions"]
+    want = np.stack(
+        [server.infer({k: (str(v[i]) if k == "prompt" else v[i]) for k, v in obs.items()})["actions"] for i in range(n)]
+    )
+    assert got.shape == (n, meta["chunk_size"], 7) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    assert len({a.tobytes() for a in got}) == n, "the three observations got different chunks"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("VLAGYM_OPENPI_PYTHON"),
+    reason="VLAGYM_OPENPI_PYTHON names no interpreter with openpi-client (see docs/serving.md)",
+)
+def test_vlagyms_client_reads_a_server_using_openpis_codec():
+    """`ServedPolicy` against a server that packs and unpacks with openpi's own `msgpack_numpy` (how openpi's
+    servers speak): the observations arrive as the right arrays and strings, the chunks come back."""
+    server = Path(__file__).parent / "external" / "openpi_codec_server.py"
+    with subprocess.Popen(
+        [os.environ["VLAGYM_OPENPI_PYTHON"], str(server)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            remote = ServedPolicy(f"ws://127.0.0.1:{int(proc.stdout.readline())}")
+            assert not remote.vlagym_server and remote.chunk_execution()["n_action_steps"] is None
+            envs = make_rollout_envs(TASK, 1, "sync", obs_mode="rgb", image_size=16, max_episode_steps=STEPS)
+            obs, _ = envs.reset(seed=[5])
+            first = remote(obs)
+            mean = np.float32(obs["images"]["front"][0].mean() / 255.0)
+            want = (
+                np.asarray(obs["proprio"][0][:7], np.float32)[None] + np.arange(1, 5, dtype=np.float32)[:, None] * mean
+            )
+            executed = [first[0]] + [remote(envs.step(a)[0])[0] for a in (first, first, first)]
+            np.testing.assert_allclose(np.stack(executed), want, rtol=1e-6)  # one chunk of 4, executed whole
+            assert len(remote.latencies) == 1
+            envs.close()
+            remote.close()
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
 
 
 def test_served_actions_equal_the_in_process_checkpoints_step_by_step(served):

@@ -3,9 +3,11 @@
 One websocket connection per client. The server first sends its metadata (a map); then every binary message
 from the client is one observation (a map of arrays and strings) and the server answers each with one map
 holding the action chunk (e.g. ``{"actions": float32 (K, A)}``). A text message from the server is an error
-report. An array travels as ``{"__ndarray__": True, "data": raw bytes, "dtype": numpy dtype string, "shape":
-[...]}`` and a numpy scalar as ``{"__npgeneric__": True, "data": value, "dtype": ...}``: the convention of
-openpi's client, so either side can be openpi's or vlagym's.
+report. An array travels as ``{b"__ndarray__": True, b"data": raw bytes, b"dtype": numpy dtype string,
+b"shape": [...]}`` and a numpy scalar as ``{b"__npgeneric__": True, b"data": value, b"dtype": ...}``, the tag
+keys being msgpack *bytes*: the convention of openpi's `msgpack_numpy`, which looks for bytes keys only, so
+either side can be openpi's or vlagym's (tests/eval/test_served.py runs openpi's own client against `vlagym
+serve`). Messages with str tag keys are read too.
 
 Needs ``msgpack`` (``pip install "vlagym[serve]"``).
 """
@@ -37,9 +39,9 @@ def _encode(value: Any) -> Any:
         if value.dtype.kind in "VOcU":
             raise WireError(f"cannot send an array of dtype {value.dtype} (numbers and booleans only)")
         value = np.ascontiguousarray(value)
-        return {ARRAY_TAG: True, "data": value.tobytes(), "dtype": value.dtype.str, "shape": list(value.shape)}
+        return {b"__ndarray__": True, b"data": value.tobytes(), b"dtype": value.dtype.str, b"shape": list(value.shape)}
     if isinstance(value, np.generic):
-        return {SCALAR_TAG: True, "data": value.item(), "dtype": value.dtype.str}
+        return {b"__npgeneric__": True, b"data": value.item(), b"dtype": value.dtype.str}
     raise WireError(f"cannot send a value of type {type(value).__name__}")
 
 
