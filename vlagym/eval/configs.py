@@ -83,6 +83,21 @@ def check_policy(policy: str) -> None:
         check_checkpoint_folder(policy)
 
 
+BACKENDS = ("local", "ray")
+#: EvalConfig fields that do not change an evaluation's episodes: a resumed run may differ in these.
+RUN_ONLY_FIELDS = ("out", "progress", "backend", "address", "workers", "resume", "videos")
+
+
+def check_backend(cfg: Any, error: type[ValueError]) -> None:
+    """The backend options of an eval or suite config."""
+    if cfg.backend not in BACKENDS:
+        raise error(f"backend must be one of {list(BACKENDS)}, got {cfg.backend!r}")
+    if cfg.backend != "ray" and (cfg.address is not None or cfg.workers is not None):
+        raise error("address and workers are for backend 'ray'")
+    if cfg.workers is not None and cfg.workers < 1:
+        raise error(f"workers must be at least 1, got {cfg.workers}")
+
+
 def _check_at_least_one(cfg: Any, names: tuple[str, ...], error: type[ValueError]) -> None:
     for name in names:
         if getattr(cfg, name) < 1:
@@ -128,6 +143,15 @@ class EvalConfig(Config):
     convention, or what a vlagym server announces)"""
     progress: bool = True
     """show a progress bar"""
+    backend: str = "local"
+    """"local" (this process and its vector env) or "ray" (workers on a Ray cluster, each with a vector env of
+    num_envs; docs/ray.md): the same episodes"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    resume: bool = False
+    """continue an interrupted evaluation in `out` with the same settings: only the episodes it lacks run"""
 
     def __post_init__(self) -> None:
         self.tasks = [self.tasks] if isinstance(self.tasks, str) else list(self.tasks)
@@ -157,6 +181,7 @@ class EvalConfig(Config):
         if self.cameras is not None:
             self.cameras = list(self.cameras)
         self._check_chunk_execution()
+        check_backend(self, EvalError)
 
     def _check_chunk_execution(self) -> None:
         if self.n_action_steps is None and not self.temporal_ensemble:

@@ -251,6 +251,7 @@ def run_episodes(
     progress: bool = True,
     reset_options: dict | None = None,
     on_step: Callable[[dict], None] | None = None,
+    on_record: Callable[[int, EpisodeRecord], None] | None = None,
 ) -> list[EpisodeRecord]:
     """Run `policy` (batched observations -> batched actions) until every seed has had its episode.
 
@@ -263,7 +264,8 @@ def run_episodes(
     throw-away episodes until the last real one ends; those are not recorded.
     `reset_options` go to every sub-env reset (e.g. `{"swap_target": True}`, see `VLAEnv.reset`).
     `on_step(info)` sees the vector env's `info` after every step (before finished sub-envs reset), e.g. to
-    collect what a wrapper inside the sub-envs reports at an episode's end.
+    collect what a wrapper inside the sub-envs reports at an episode's end. `on_record(k, record)` gets each
+    episode's record as it finishes (k: its index in `seeds`), e.g. to journal it.
     """
     mode = envs.metadata.get("autoreset_mode")
     if mode != AutoresetMode.DISABLED:
@@ -289,6 +291,8 @@ def run_episodes(
                 k = slots.episode[i]
                 if k >= 0:
                     records[k] = running.record(i, seeds[k], success[i])
+                    if on_record is not None:
+                        on_record(k, records[k])
                     bar.update(1)
             if done.any() and any(r is None for r in records):
                 obs = _reset_done(envs, done, slots, running, reset_options)

@@ -1,0 +1,127 @@
+"""The Ray backend on a local Ray cluster this module starts (2 CPUs, loopback only): the same records as the
+local backend, for the expert (any num_envs) and checkpoints (num_envs=1); a worker killed mid-run changes
+nothing; an interrupted `vlagym eval` resumes from its journal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from vlagym.distributed import DistributedError  # noqa: E402
+from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy  # noqa: E402
+from vlagym.eval.configs import EvalConfig, EvalError  # noqa: E402
+from vlagym.eval.evaluate import evaluate  # noqa: E402
+from vlagym.eval.journal import JOURNAL_DIR  # noqa: E402
+from vlagym.eval.ray_rollouts import PolicySource, RayRollouts  # noqa: E402
+from vlagym.eval.rollout import make_rollout_envs, run_episodes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_served import make_checkpoint  # noqa: E402
+
+TASK = "VLA-PickCup-v0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def local_records(policy, env_kwargs, seeds, num_envs, task=TASK):
+    envs = make_rollout_envs(task, num_envs, "sync", expert=policy is None, **env_kwargs)
+    try:
+        policy = policy or ExpertPolicy(envs)
+        return run_episodes(envs, policy, seeds, on_episode_start=policy.reset, progress=False)
+    finally:
+        envs.close()
+
+
+def episodes(results):
+    return {task: r["episodes"] for task, r in results["tasks"].items()}
+
+
+def test_eval_of_the_expert_equals_the_local_backend(tmp_path):
+    common = dict(policy="expert", tasks=[TASK, "VLA-StackBlocks-v0"], episodes=5, num_envs=2, progress=False)
+    local = evaluate(EvalConfig(**common, out=str(tmp_path / "local")))
+    remote = evaluate(EvalConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2))
+    assert episodes(remote) == episodes(local)
+    assert remote["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 4}
+    assert local["backend"] == {"name": "local", "num_envs": 2}
+    assert not (tmp_path / "ray" / JOURNAL_DIR).exists(), "the journal goes once results.json is written"
+
+
+def test_a_checkpoint_gives_the_local_records_with_any_workers(tmp_path):
+    folder = make_checkpoint(tmp_path / "ckpt", "flow")  # noise drawn per episode seed, on the workers too
+    kwargs = {**CheckpointPolicy(folder).env_kwargs, "max_episode_steps": 12}
+    seeds = list(range(300, 310))
+    want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=1)
+    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=1, unit_size=3)
+    try:
+        assert with_ray.run(TASK, kwargs, seeds) == want
+    finally:
+        with_ray.close()
+
+
+def test_a_worker_killed_mid_run_changes_nothing():
+    seeds = list(range(500, 516))
+    want = local_records(None, {"obs_mode": "state"}, seeds, num_envs=1)
+    rollouts = RayRollouts(PolicySource.from_policy("expert"), workers=2, num_envs=1, unit_size=2)
+    pids = [ray.get(a.pid.remote()) for a in rollouts.pool.actors]
+    killed: list[int] = []
+
+    def kill_one(k, record):  # after the first unit is back, the other worker is busy with its own
+        if not killed:
+            os.kill(pids[1], signal.SIGKILL)
+            killed.append(k)
+
+    try:
+        got = rollouts.run(TASK, {"obs_mode": "state"}, seeds, on_record=kill_one)
+        assert got == want
+        assert rollouts.pool.failures == 1 and rollouts.workers == 2
+        assert pids[1] not in [ray.get(a.pid.remote()) for a in rollouts.pool.actors], "the dead worker was replaced"
+    finally:
+        rollouts.close()
+
+
+def test_an_interrupted_eval_resumes_on_any_backend(tmp_path):
+    args = ["--policy", "expert", "--tasks", TASK, "--episodes", "24", "--out", str(tmp_path / "cut"), "--no-progress"]
+    journal = tmp_path / "cut" / JOURNAL_DIR / f"{TASK}.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "vlagym", "eval", *args], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 5):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not (tmp_path / "cut" / "results.json").exists(), "killed before the end"
+    journaled = len(journal.read_text().splitlines())
+    assert 5 <= journaled < 24
+    cfg = dict(policy="expert", tasks=[TASK], episodes=24, progress=False)
+    resumed = evaluate(EvalConfig(**cfg, out=str(tmp_path / "cut"), resume=True, backend="ray", workers=2))
+    whole = evaluate(EvalConfig(**cfg, out=str(tmp_path / "whole")))
+    assert episodes(resumed) == episodes(whole)
+    with pytest.raises(EvalError, match="it was evaluated with other episodes"):
+        evaluate(EvalConfig(**{**cfg, "episodes": 30}, out=str(tmp_path / "cut"), resume=True))
+
+
+def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path):
+    broken = PolicySource(str(tmp_path / "nowhere"))  # a path no worker has
+    with pytest.raises(DistributedError, match="a Ray worker could not start: .*does not exist"):
+        RayRollouts(broken, workers=1)
+
+
+def test_backend_options_are_checked():
+    with pytest.raises(EvalError, match="backend must be one of"):
+        EvalConfig(policy="expert", tasks=[TASK], backend="dask")
+    with pytest.raises(EvalError, match="address and workers are for backend 'ray'"):
+        EvalConfig(policy="expert", tasks=[TASK], workers=2)

@@ -1,0 +1,181 @@
+"""Evaluation episodes on Ray actors: the `ray` backend of `vlagym eval`, demos and post-training rounds.
+
+    rollouts = RayRollouts(PolicySource.from_policy("runs/bc/checkpoints/step_5000"), workers=8, num_envs=4)
+    records = rollouts.run("VLA-PickCup-v0", env_kwargs, seeds=range(100_000, 100_500))
+    rollouts.close()
+
+Each worker (`RolloutWorker`, a Ray actor) loads the policy once (a checkpoint's files arrive through Ray's
+object store and are checked by SHA-256, `vlagym.distributed.ship_folder`) and keeps a rollout vector env of
+`num_envs` sub-envs per task and env settings. The driver cuts the seed list into units of consecutive seeds
+and gathers the records in seed order. An episode depends on its seed alone (the env's reset, the policy's
+noise: `episode_noise_generator`), so the records equal the local backend's whatever the number of workers:
+exactly for the scripted expert, and for a torch policy at `num_envs=1` (one row per forward pass, as locally).
+With more sub-envs per worker a torch policy's batched products can round a row differently when it sits at
+another position of the batch (measured: returns differing in the 9th digit, then episodes diverging where an
+outcome is marginal), and a worker's batches are not the local run's; the local backend has the same
+dependence on `num_envs` itself. So with `num_envs > 1` a checkpoint's records are reproducible run to run for
+the same workers' batches only: compare policies at `num_envs=1`, or both on the same backend and settings.
+A worker that dies has its unit rerun on
+a fresh one (`vlagym.distributed.ActorPool`).
+
+Per episode, only the unit's seeds go out and its records (a few hundred bytes each) come back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlagym.distributed import ActorPool, FolderShipment, ship_folder
+from vlagym.eval.configs import EXPERT, policy_kind
+from vlagym.eval.layout import CHECKPOINT_FILES
+from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """What a worker needs to build the policy itself: the --policy string, the checkpoint's files when it is
+    one, the served mapping, and how its chunks are executed."""
+
+    policy: str
+    shipment: FolderShipment | None = None
+    served_mapping: dict[str, Any] = field(default_factory=dict)
+    n_action_steps: int | None = None
+    temporal_ensemble: bool = False
+
+    @classmethod
+    def from_policy(
+        cls,
+        policy: str,
+        served_mapping: dict[str, Any] | None = None,
+        n_action_steps: int | None = None,
+        temporal_ensemble: bool = False,
+    ) -> PolicySource:
+        shipment = ship_folder(policy, CHECKPOINT_FILES) if policy_kind(policy) == "checkpoint" else None
+        return cls(policy, shipment, dict(served_mapping or {}), n_action_steps, temporal_ensemble)
+
+    @property
+    def expert(self) -> bool:
+        return self.policy == EXPERT
+
+    def load(self, envs: Any) -> Any:
+        """The `EvalPolicy` for `envs` (a worker's rollout vector env)."""
+        from vlagym.eval.adapters import ExpertPolicy
+        from vlagym.eval.loading import load_eval_policy
+
+        if self.expert:
+            return ExpertPolicy(envs)
+        where = str(self.shipment.materialize()) if self.shipment is not None else self.policy
+        policy = load_eval_policy(where, self.served_mapping)
+        if self.n_action_steps is not None or self.temporal_ensemble:
+            policy.execute_chunks(self.n_action_steps, self.temporal_ensemble)
+        return policy
+
+
+@dataclass(frozen=True)
+class RolloutUnit:
+    """Consecutive episodes of one task and env settings: what one worker runs at a time."""
+
+    task: str
+    env_kwargs: dict[str, Any]
+    seeds: tuple[int, ...]
+    reset_options: dict[str, Any] | None = None
+
+
+class RolloutWorker:
+    """A Ray actor running `RolloutUnit`s: the policy loaded once, a rollout vector env per task and settings."""
+
+    def __init__(self, source: PolicySource, num_envs: int, vectorization: str = "sync"):
+        self.source, self.num_envs, self.vectorization = source, num_envs, vectorization
+        self._key: str | None = None
+        self._envs: Any = None
+        self._policy: Any = None
+        if not source.expert:  # a checkpoint or server: load it now, so a bad one fails at start
+            self._policy = source.load(None)
+
+    def _envs_for(self, unit: RolloutUnit) -> tuple[Any, Any]:
+        key = json.dumps([unit.task, unit.env_kwargs], sort_keys=True)
+        if key != self._key:
+            if self._envs is not None:
+                self._envs.close()
+            self._envs = make_rollout_envs(
+                unit.task, self.num_envs, self.vectorization, expert=self.source.expert, **unit.env_kwargs
+            )
+            self._key = key
+            if self.source.expert:  # the experts belong to the sub-envs
+                self._policy = self.source.load(self._envs)
+        return self._envs, self._policy
+
+    def run(self, unit: RolloutUnit) -> list[EpisodeRecord]:
+        envs, policy = self._envs_for(unit)
+        return run_episodes(
+            envs, policy, unit.seeds, on_episode_start=policy.reset, progress=False, reset_options=unit.reset_options
+        )
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        if self._envs is not None:
+            self._envs.close()
+            self._envs = None
+
+
+class RayRollouts:
+    """A pool of `RolloutWorker`s (see the module docstring); `run` is `run_episodes` spread over them."""
+
+    def __init__(
+        self,
+        source: PolicySource,
+        workers: int | None = None,
+        num_envs: int = 1,
+        vectorization: str = "sync",
+        unit_size: int | None = None,
+        cpus_per_worker: float = 1.0,
+    ):
+        self.num_envs = num_envs
+        self.unit_size = unit_size or 2 * num_envs  # small units: even shares, little lost to a dead worker
+        self.pool = ActorPool(RolloutWorker, (source, num_envs, vectorization), workers, cpus_per_worker)
+
+    @property
+    def workers(self) -> int:
+        return len(self.pool.actors)
+
+    def describe(self) -> dict[str, Any]:
+        """What a results file records of the backend."""
+        return {"name": "ray", "workers": self.workers, "num_envs": self.num_envs, "unit_size": self.unit_size}
+
+    def run(
+        self,
+        task: str,
+        env_kwargs: dict[str, Any],
+        seeds: Sequence[int],
+        reset_options: dict[str, Any] | None = None,
+        on_record: Callable[[int, EpisodeRecord], None] | None = None,
+    ) -> list[EpisodeRecord]:
+        """The records of `seeds` in their order; `on_record(k, record)` as each unit's episodes come back."""
+        seeds = [int(s) for s in seeds]
+        starts = range(0, len(seeds), self.unit_size)
+        units = [
+            RolloutUnit(task, dict(env_kwargs), tuple(seeds[i : i + self.unit_size]), reset_options) for i in starts
+        ]
+        records: list[EpisodeRecord | None] = [None] * len(seeds)
+        for u, unit_records in self.pool.run("run", units):
+            for j, record in enumerate(unit_records):
+                k = starts[u] + j
+                records[k] = record
+                if on_record is not None:
+                    on_record(k, record)
+        return records  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+__all__ = ["PolicySource", "RayRollouts", "RolloutUnit", "RolloutWorker"]
