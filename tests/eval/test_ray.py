@@ -94,24 +94,29 @@ def test_a_worker_killed_mid_run_changes_nothing():
 
 def test_an_interrupted_eval_resumes_on_any_backend(tmp_path):
     args = ["--policy", "expert", "--tasks", TASK, "--episodes", "24", "--out", str(tmp_path / "cut"), "--no-progress"]
-    journal = tmp_path / "cut" / JOURNAL_DIR / f"{TASK}.jsonl"
+    folder = tmp_path / "cut" / JOURNAL_DIR
+
+    def journaled() -> int:
+        return sum(len(p.read_text().splitlines()) for p in folder.glob(f"{TASK}-*.jsonl"))
+
     proc = subprocess.Popen([sys.executable, "-m", "vlagym", "eval", *args], stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 5):
+        while time.monotonic() < deadline and journaled() < 5:
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
     assert not (tmp_path / "cut" / "results.json").exists(), "killed before the end"
-    journaled = len(journal.read_text().splitlines())
-    assert 5 <= journaled < 24
+    assert 5 <= journaled() < 24
     cfg = dict(policy="expert", tasks=[TASK], episodes=24, progress=False)
+    with pytest.raises(EvalError, match="it was run with other episodes"):
+        evaluate(EvalConfig(**{**cfg, "episodes": 30}, out=str(tmp_path / "cut"), resume=True))
     resumed = evaluate(EvalConfig(**cfg, out=str(tmp_path / "cut"), resume=True, backend="ray", workers=2))
     whole = evaluate(EvalConfig(**cfg, out=str(tmp_path / "whole")))
     assert episodes(resumed) == episodes(whole)
-    with pytest.raises(EvalError, match="it was evaluated with other episodes"):
-        evaluate(EvalConfig(**{**cfg, "episodes": 30}, out=str(tmp_path / "cut"), resume=True))
+    with pytest.raises(EvalError, match="holds no journal of an interrupted run"):
+        evaluate(EvalConfig(**cfg, out=str(tmp_path / "cut"), resume=True))
 
 
 def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path):
@@ -125,3 +130,22 @@ def test_backend_options_are_checked():
         EvalConfig(policy="expert", tasks=[TASK], backend="dask")
     with pytest.raises(EvalError, match="address and workers are for backend 'ray'"):
         EvalConfig(policy="expert", tasks=[TASK], workers=2)
+
+
+def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
+    from test_sequential_suite import tiny_protocol
+
+    from vlagym.eval import suites
+    from vlagym.eval.configs import SuiteRunConfig
+    from vlagym.eval.suite_run import run_suite
+
+    monkeypatch.setitem(suites.SUITES, "tiny-seq", tiny_protocol())
+    common = dict(suite="tiny-seq", policy="expert", episodes=8, num_envs=2, progress=False)
+    local = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "local")))
+    remote = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2))
+    assert remote["results"] == {
+        task: {split: {**cell, "seconds": remote["results"][task][split]["seconds"]} for split, cell in splits.items()}
+        for task, splits in local["results"].items()
+    }
+    assert remote["fingerprint"]["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 4}
+    assert local["fingerprint"]["backend"] == {"name": "local", "num_envs": 2}

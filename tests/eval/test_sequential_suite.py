@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vlagym.cli import main
-from vlagym.eval import suite_run, suites
+from vlagym.eval import local_rollouts, suites
 from vlagym.eval.adapters import ExpertPolicy
 from vlagym.eval.bundle import reproduction_command
 from vlagym.eval.configs import EvalError, SuiteRunConfig
@@ -79,7 +79,7 @@ def tiny(monkeypatch):
 
 
 def flaky(monkeypatch) -> None:
-    monkeypatch.setattr(suite_run, "ExpertPolicy", FlakyExpert)
+    monkeypatch.setattr(local_rollouts, "ExpertPolicy", FlakyExpert)
 
 
 def run(tmp_path, name: str, **kwargs) -> dict:
@@ -146,7 +146,7 @@ def test_always_successful_and_always_failing_policies_stop_early(tiny, tmp_path
     assert c["sequential"]["episodes_simulated"] == 4 and c["sequential"]["episodes_discarded"] == 0
     assert c["ci95"][1] - c["ci95"][0] <= 0.5
 
-    tiny.setattr(suite_run, "ExpertPolicy", IdlePolicy)
+    tiny.setattr(local_rollouts, "ExpertPolicy", IdlePolicy)
     failing = run(tmp_path, "idle", sequential_width=0.5, sequential_min_episodes=2, num_envs=3)
     c = cell(failing)
     assert c["n"] == 4 and outcomes(failing) == "0000" and c["sequential"]["stopped_early"]
@@ -231,7 +231,7 @@ def test_compare_pairs_a_sequential_run_on_the_episodes_both_hold(tiny, tmp_path
     flaky(tiny)
     run(tmp_path, "full")
     run(tmp_path, "seq", sequential_width=0.4, sequential_min_episodes=2)  # n = 17
-    tiny.setattr(suite_run, "ExpertPolicy", ExpertPolicy)
+    tiny.setattr(local_rollouts, "ExpertPolicy", ExpertPolicy)
     run(tmp_path, "expert", episodes=10, sequential_width=0.5, sequential_min_episodes=2)  # n = 4, all successes
 
     full, seq, expert = (read_eval_run(tmp_path / name) for name in ("full", "seq", "expert"))

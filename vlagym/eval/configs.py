@@ -228,6 +228,14 @@ class SuiteRunConfig(Config):
     """sequential stopping: never stop before this many episodes"""
     served_mapping: dict[str, Any] = field(default_factory=dict)
     """a policy server's keys and action conversion (`vlagym.eval.served.ServedMapping` fields)"""
+    backend: str = "local"
+    """"local" or "ray" (workers on a Ray cluster, each with a vector env of num_envs; docs/ray.md)"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    resume: bool = False
+    """continue an interrupted run in `out` with the same settings: only the episodes it lacks run"""
 
     def __post_init__(self) -> None:
         from vlagym.eval.suites import get_suite  # here: the suites check their tasks' env classes (mujoco)
@@ -246,6 +254,7 @@ class SuiteRunConfig(Config):
             check_policy(self.policy)  # EvalError naming what is missing
         if self.served_mapping and policy_kind(self.policy) != "served":
             raise EvalError("served_mapping is for a policy server (--policy ws://HOST:PORT)")
+        check_backend(self, EvalError)
 
     def _check_sequential(self, episodes: int) -> None:
         width, least = self.sequential_width, self.sequential_min_episodes

@@ -32,22 +32,22 @@ rounding).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 import vlagym
-from vlagym.eval.adapters import CheckpointPolicy, EvalPolicy, ExpertPolicy, episode_noise_generator
+from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy, episode_noise_generator
+from vlagym.eval.backends import make_rollouts
 from vlagym.eval.configs import RUN_ONLY_FIELDS, EvalConfig, EvalError
-from vlagym.eval.journal import EpisodeJournal, remove_journals
+from vlagym.eval.journal import remove_journals
 from vlagym.eval.layout import EVAL_CONFIG_JSON, RESULTS_JSON, RESULTS_MD, VIDEOS_DIR
 from vlagym.eval.loading import load_eval_policy
-from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
+from vlagym.eval.local_rollouts import Journaled, Rollouts
+from vlagym.eval.rollout import make_rollout_envs
 from vlagym.eval.summary import episode_dict, format_results, summarize
 from vlagym.io import atomic_write_json, atomic_write_text, temp_path
 
@@ -81,10 +81,6 @@ def _env_kwargs(cfg: EvalConfig, checkpoint: CheckpointPolicy | None) -> dict[st
         kwargs["cameras"] = list(cfg.cameras)
     kwargs.update(cfg.env_kwargs)
     return kwargs
-
-
-def _make_policy(envs: gym.vector.VectorEnv, checkpoint: CheckpointPolicy | None) -> EvalPolicy:
-    return ExpertPolicy(envs) if checkpoint is None else checkpoint
 
 
 def record_videos(
@@ -158,47 +154,18 @@ def _tasks(cfg: EvalConfig, checkpoint: CheckpointPolicy | None) -> list[str]:
     return tasks
 
 
-def _run_task(
-    task: str, cfg: EvalConfig, checkpoint: CheckpointPolicy | None, env_kwargs: dict[str, Any], backend: Any
-) -> list[EpisodeRecord]:
-    """The records of the task's seeds: those its journal holds when resuming, the others run on the backend."""
-    seeds = [cfg.seed + i for i in range(cfg.episodes)]
-    journal = EpisodeJournal(cfg.out, task)
-    done = journal.load() if cfg.resume else {}
-    journal.start(keep=cfg.resume)
-    todo = [s for s in seeds if s not in done]
-    logger.info(
-        "evaluating %s on %s: %d episodes from seed %d%s",
-        cfg.policy, task, cfg.episodes, cfg.seed, f", {len(seeds) - len(todo)} of them journaled" if done else "",
-    )  # fmt: skip
-    if todo and backend is not None:
-        records = backend.run(task, env_kwargs, todo, on_record=lambda k, r: journal.append(r))
-        done.update(zip(todo, records, strict=True))
-    elif todo:
-        envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, expert=checkpoint is None, **env_kwargs)
-        try:
-            policy = _make_policy(envs, checkpoint)
-            records = run_episodes(
-                envs, policy, todo, on_episode_start=policy.reset, progress=cfg.progress,
-                on_record=lambda k, r: journal.append(r),
-            )  # fmt: skip
-        finally:
-            envs.close()
-        done.update(zip(todo, records, strict=True))
-    return [done[s] for s in seeds]
-
-
 def _evaluate_task(
     task: str,
     cfg: EvalConfig,
     checkpoint: CheckpointPolicy | None,
     env_kwargs: dict[str, Any],
     out: Path,
-    backend: Any = None,
+    rollouts: Rollouts,
 ) -> dict[str, Any]:
     """The summary of one task: its numbers, per drawn task for a multi-task env, its episodes and videos."""
-    records = _run_task(task, cfg, checkpoint, env_kwargs, backend)
-    seeds = [r.seed for r in records]
+    seeds = [cfg.seed + i for i in range(cfg.episodes)]
+    logger.info("evaluating %s on %s: %d episodes from seed %d", cfg.policy, task, cfg.episodes, cfg.seed)
+    records = rollouts.run(task, env_kwargs, seeds)
     summary = summarize(records)
     drawn = sorted({r.task for r in records})
     if drawn != [task]:  # a multi-task env: also per drawn task
@@ -215,52 +182,30 @@ def _evaluate_task(
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate `cfg.policy` on every task; writes the outputs into `cfg.out` and returns results.json's content."""
     checkpoint = _load_policy(cfg)
-    backend = None
+    rollouts = None
     try:
-        if cfg.backend == "ray":
-            backend = _ray_backend(cfg)
-        return _evaluate(cfg, checkpoint, backend)
+        rollouts = make_rollouts(
+            checkpoint, cfg.policy, cfg.backend, cfg.num_envs, cfg.vectorization, cfg.progress, cfg.address,
+            cfg.workers, cfg.served_mapping, cfg.n_action_steps, cfg.temporal_ensemble,
+        )  # fmt: skip
+        return _evaluate(cfg, checkpoint, rollouts)
     finally:
-        if backend is not None:
-            backend.close()
+        if rollouts is not None:
+            rollouts.close()
         if hasattr(checkpoint, "close"):  # a policy server's connection
             checkpoint.close()
 
 
-def _ray_backend(cfg: EvalConfig) -> Any:
-    from vlagym.distributed import DistributedError, connect
-    from vlagym.eval.ray_rollouts import PolicySource, RayRollouts
-
-    try:
-        connect(cfg.address)
-        source = PolicySource.from_policy(cfg.policy, cfg.served_mapping, cfg.n_action_steps, cfg.temporal_ensemble)
-        return RayRollouts(source, cfg.workers, cfg.num_envs, cfg.vectorization)
-    except DistributedError as e:
-        raise EvalError(str(e)) from e
-
-
-def _check_resumable(cfg: EvalConfig, out: Path) -> None:
-    """`EvalError` unless OUT's eval_config.json has the settings of `cfg` (but for the run-only ones)."""
-    try:
-        before = json.loads((out / EVAL_CONFIG_JSON).read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise EvalError(f"cannot resume: {str(out / EVAL_CONFIG_JSON)!r} is missing or unreadable ({e})") from e
-    now = dataclasses.asdict(cfg)
-    changed = sorted(k for k in now if k not in RUN_ONLY_FIELDS and before.get(k) != now[k])
-    if changed:
-        raise EvalError(f"cannot resume {str(out)!r}: it was evaluated with other {', '.join(changed)}")
-
-
-def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Any) -> dict[str, Any]:
+def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Rollouts) -> dict[str, Any]:
     tasks = _tasks(cfg, checkpoint)
     env_kwargs = _env_kwargs(cfg, checkpoint)
     out = Path(cfg.out)
-    if cfg.resume:
-        _check_resumable(cfg, out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise EvalError(f"cannot create the output folder {cfg.out!r}: {e.strerror or e}") from e
+    run_config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_ONLY_FIELDS}
+    rollouts = Journaled(backend, cfg.out, {**run_config, "env_kwargs_used": env_kwargs}, cfg.resume)
     atomic_write_json(
         out / EVAL_CONFIG_JSON,
         {
@@ -277,8 +222,8 @@ def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Any
         "env_kwargs": env_kwargs,
         "chunk_execution": None if checkpoint is None else checkpoint.chunk_execution(),
         "vlagym_version": vlagym.__version__,
-        "backend": backend.describe() if backend is not None else {"name": "local", "num_envs": cfg.num_envs},
-        "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out, backend) for task in tasks},
+        "backend": rollouts.describe(),
+        "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out, rollouts) for task in tasks},
     }
     latencies = getattr(checkpoint, "latencies", None)
     if latencies is not None:  # a served policy: the round trip of every request

@@ -1,34 +1,63 @@
-"""The episodes of an evaluation as they finish, so an interrupted `vlagym eval` resumes (`--resume`).
+"""The episodes of an evaluation as they finish, so an interrupted run resumes (`vlagym eval --resume`).
 
-    OUT/.episodes/<task>.jsonl    one `EpisodeRecord` per line, appended (and fsynced) as episodes finish
+    OUT/.episodes/run.json                   what makes the run the same one: policy, seeds, settings
+    OUT/.episodes/<task>-<key>.jsonl          one `EpisodeRecord` per line, appended (and fsynced) as episodes
+                                              finish; key: a hash of the env kwargs and reset options
 
-`evaluate` reads the file of a task when it resumes, runs only the seeds it lacks, and deletes the folder once
-results.json is written. A line cut short by a crash is ignored (its episode runs again). Records keep every
-field exactly (JSON floats round-trip), so a resumed evaluation's results equal an uninterrupted one's (for a
-checkpoint at `num_envs=1`, or the expert: see `vlagym.eval.rollout` on batching).
+`vlagym.eval.backends.Journaled` appends to these files, and with `resume` reads them and runs only the seeds
+they lack; the evaluation deletes the folder once its results are written. A resume whose run.json differs is
+refused. A line cut short by a crash is dropped (its episode runs again). Records keep every field exactly
+(JSON floats round-trip), so a resumed run's results equal an uninterrupted one's wherever the episodes
+themselves do (see `vlagym.eval.ray_rollouts` on `num_envs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
+from vlagym.eval.configs import EvalError
 from vlagym.eval.rollout import EpisodeRecord
+from vlagym.io import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
 JOURNAL_DIR = ".episodes"
+RUN_JSON = "run.json"
+
+
+def check_run(out: str | os.PathLike, run_config: dict[str, Any], resume: bool) -> None:
+    """Start the journal folder of a run (`resume`: check it is the journaled run's; else start it afresh)."""
+    folder = Path(out) / JOURNAL_DIR
+    if resume:
+        try:
+            before = json.loads((folder / RUN_JSON).read_text())
+        except (OSError, ValueError) as e:
+            raise EvalError(f"cannot resume {str(out)!r}: it holds no journal of an interrupted run") from e
+        now = json.loads(json.dumps(run_config, default=str))
+        changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        if changed:
+            raise EvalError(f"cannot resume {str(out)!r}: it was run with other {', '.join(changed)}")
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / RUN_JSON, json.loads(json.dumps(run_config, default=str)))
 
 
 class EpisodeJournal:
-    """The journal of one task's episodes in an evaluation's output folder."""
+    """The journal of one task's episodes under some env kwargs and reset options."""
 
-    def __init__(self, out: str | os.PathLike, task: str):
-        self.path = Path(out) / JOURNAL_DIR / f"{task}.jsonl"
+    def __init__(
+        self, out: str | os.PathLike, task: str, env_kwargs: dict[str, Any], reset_options: dict[str, Any] | None
+    ):
+        key = hashlib.sha256(json.dumps([env_kwargs, reset_options], sort_keys=True, default=str).encode())
+        self.path = Path(out) / JOURNAL_DIR / f"{task}-{key.hexdigest()[:12]}.jsonl"
 
     def load(self) -> dict[int, EpisodeRecord]:
         """The complete records already journaled, by seed."""
@@ -42,9 +71,7 @@ class EpisodeJournal:
                 if not isinstance(d, dict) or set(d) != fields:
                     raise ValueError("not an episode record")
             except ValueError:
-                logger.warning(
-                    "%s line %d is not a complete record (an interrupted write?): it runs again", self.path, n
-                )
+                logger.warning("%s line %d is not a complete record: its episode runs again", self.path, n)
                 continue
             records[int(d["seed"])] = EpisodeRecord(**d)
         return records
@@ -68,8 +95,8 @@ class EpisodeJournal:
 
 
 def remove_journals(out: str | os.PathLike) -> None:
-    """Delete an evaluation's journals (its results are written)."""
+    """Delete a run's journals (its results are written)."""
     shutil.rmtree(Path(out) / JOURNAL_DIR, ignore_errors=True)
 
 
-__all__ = ["JOURNAL_DIR", "EpisodeJournal", "remove_journals"]
+__all__ = ["JOURNAL_DIR", "EpisodeJournal", "check_run", "remove_journals"]

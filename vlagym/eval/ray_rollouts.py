@@ -23,7 +23,6 @@ Per episode, only the unit's seeds go out and its records (a few hundred bytes e
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -33,7 +32,8 @@ from typing import Any
 from vlagym.distributed import ActorPool, FolderShipment, ship_folder
 from vlagym.eval.configs import EXPERT, policy_kind
 from vlagym.eval.layout import CHECKPOINT_FILES
-from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
+from vlagym.eval.local_rollouts import LocalRollouts
+from vlagym.eval.rollout import EpisodeRecord
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +64,12 @@ class PolicySource:
     def expert(self) -> bool:
         return self.policy == EXPERT
 
-    def load(self, envs: Any) -> Any:
-        """The `EvalPolicy` for `envs` (a worker's rollout vector env)."""
-        from vlagym.eval.adapters import ExpertPolicy
+    def load(self) -> Any:
+        """The `EvalPolicy` (None for the expert, which acts through each vector env's experts)."""
         from vlagym.eval.loading import load_eval_policy
 
         if self.expert:
-            return ExpertPolicy(envs)
+            return None
         where = str(self.shipment.materialize()) if self.shipment is not None else self.policy
         policy = load_eval_policy(where, self.served_mapping)
         if self.n_action_steps is not None or self.temporal_ensemble:
@@ -89,42 +88,21 @@ class RolloutUnit:
 
 
 class RolloutWorker:
-    """A Ray actor running `RolloutUnit`s: the policy loaded once, a rollout vector env per task and settings."""
+    """A Ray actor running `RolloutUnit`s: the policy loaded once, episodes run by a `LocalRollouts`."""
 
     def __init__(self, source: PolicySource, num_envs: int, vectorization: str = "sync"):
-        self.source, self.num_envs, self.vectorization = source, num_envs, vectorization
-        self._key: str | None = None
-        self._envs: Any = None
-        self._policy: Any = None
-        if not source.expert:  # a checkpoint or server: load it now, so a bad one fails at start
-            self._policy = source.load(None)
-
-    def _envs_for(self, unit: RolloutUnit) -> tuple[Any, Any]:
-        key = json.dumps([unit.task, unit.env_kwargs], sort_keys=True)
-        if key != self._key:
-            if self._envs is not None:
-                self._envs.close()
-            self._envs = make_rollout_envs(
-                unit.task, self.num_envs, self.vectorization, expert=self.source.expert, **unit.env_kwargs
-            )
-            self._key = key
-            if self.source.expert:  # the experts belong to the sub-envs
-                self._policy = self.source.load(self._envs)
-        return self._envs, self._policy
+        # loaded now, so a bad one fails when the worker starts
+        policy = source.load()
+        self.local = LocalRollouts(policy, num_envs, vectorization)
 
     def run(self, unit: RolloutUnit) -> list[EpisodeRecord]:
-        envs, policy = self._envs_for(unit)
-        return run_episodes(
-            envs, policy, unit.seeds, on_episode_start=policy.reset, progress=False, reset_options=unit.reset_options
-        )
+        return self.local.run(unit.task, unit.env_kwargs, unit.seeds, unit.reset_options)
 
     def pid(self) -> int:
         return os.getpid()
 
     def close(self) -> None:
-        if self._envs is not None:
-            self._envs.close()
-            self._envs = None
+        self.local.close()
 
 
 class RayRollouts:
@@ -142,6 +120,7 @@ class RayRollouts:
         self.num_envs = num_envs
         self.unit_size = unit_size or 2 * num_envs  # small units: even shares, little lost to a dead worker
         self.pool = ActorPool(RolloutWorker, (source, num_envs, vectorization), workers, cpus_per_worker)
+        self.parallel = self.workers * num_envs
 
     @property
     def workers(self) -> int:

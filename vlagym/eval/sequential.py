@@ -3,7 +3,8 @@
 Each task x split keeps only the first n episodes in seed order, n the first count >= `sequential_min_episodes`
 at which `vlagym.eval.stats.can_stop` holds on those n outcomes (the Wilson 95% interval is at most
 `sequential_width` wide), or all of them if it never holds. The rule is checked after every episode of the
-ordered prefix, never per batch: the episodes run in blocks of seeds (at least `num_envs`, and never short of
+ordered prefix, never per batch: the episodes run in blocks of seeds (at least as many as run at once: `num_envs`
+per worker, and never short of
 the first count at which the rule could hold), and episodes a block ran past n are discarded, not counted. So n
 depends only on the outcomes in seed order, and for a policy whose episodes depend only on their seed (the
 expert; a checkpoint run with `num_envs=1`) the cell is exactly the first n episodes of a full run.
@@ -15,12 +16,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 from tqdm.auto import tqdm
 
-from vlagym.eval.adapters import EvalPolicy
 from vlagym.eval.configs import EvalError, SuiteRunConfig
-from vlagym.eval.rollout import EpisodeRecord, run_episodes
+from vlagym.eval.local_rollouts import Rollouts
+from vlagym.eval.rollout import EpisodeRecord
 from vlagym.eval.stats import can_stop
 
 logger = logging.getLogger(__name__)
@@ -52,8 +52,9 @@ def earliest_stop(done: int, successes: int, total: int, target_width: float, mi
 
 
 def run_sequential(
-    envs: gym.vector.VectorEnv,
-    policy: EvalPolicy,
+    rollouts: Rollouts,
+    task: str,
+    env_kwargs: dict[str, Any],
     seeds: list[int],
     cfg: SuiteRunConfig,
     reset_options: dict[str, Any] | None = None,
@@ -61,9 +62,9 @@ def run_sequential(
     """Episodes in blocks of seeds (in order) until `stopping_index` finds n; the records of the first n, and how
     many episodes ran.
 
-    A block spans at least `num_envs` seeds (every sub-env busy) and reaches at least `earliest_stop`, so no block
-    ends where the rule cannot hold yet. Which block the rule holds in never changes n: the rule is checked on
-    every prefix, and the episodes after n are dropped.
+    A block spans at least `rollouts.parallel` seeds (every sub-env of every worker busy) and reaches at least
+    `earliest_stop`, so no block ends where the rule cannot hold yet. Which block the rule holds in never changes
+    n: the rule is checked on every prefix, and the episodes after n are dropped.
     """
     width, least = cfg.sequential_width, cfg.sequential_min_episodes
     if width is None:
@@ -74,15 +75,8 @@ def run_sequential(
         while len(records) < len(seeds):
             done = len(records)
             successes = sum(r.success for r in records)
-            end = max(earliest_stop(done, successes, len(seeds), width, least), done + envs.num_envs)
-            block = run_episodes(
-                envs,
-                policy,
-                seeds[done:end],
-                on_episode_start=policy.reset,
-                progress=False,
-                reset_options=reset_options,
-            )
+            end = max(earliest_stop(done, successes, len(seeds), width, least), done + rollouts.parallel)
+            block = rollouts.run(task, env_kwargs, seeds[done:end], reset_options)
             records += block
             bar.update(len(block))
             n = stopping_index([r.success for r in records], width, least)

@@ -43,9 +43,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy
+from vlagym.eval.adapters import CheckpointPolicy
+from vlagym.eval.backends import make_rollouts
 from vlagym.eval.bundle import fingerprint, format_bundle, reproduction_command, suite_average, write_outputs
-from vlagym.eval.configs import EXPERT, METRICS, SEQUENTIAL_MIN_EPISODES, EvalError, SuiteRunConfig
+from vlagym.eval.configs import (
+    EXPERT,
+    METRICS,
+    RUN_ONLY_FIELDS,
+    SEQUENTIAL_MIN_EPISODES,
+    EvalError,
+    SuiteRunConfig,
+)
 from vlagym.eval.diagnostics import (
     CONTROL_ENV_KWARGS,
     CONTROL_OPTIONS,
@@ -55,9 +63,11 @@ from vlagym.eval.diagnostics import (
     supports_language_controls,
 )
 from vlagym.eval.evaluate import record_videos
+from vlagym.eval.journal import remove_journals
 from vlagym.eval.layout import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, BUNDLE_JSON, BUNDLE_MD, HEATMAP_PNG, VIDEOS_DIR
 from vlagym.eval.loading import load_eval_policy
-from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
+from vlagym.eval.local_rollouts import Journaled, Rollouts
+from vlagym.eval.rollout import EpisodeRecord
 from vlagym.eval.runs import check_comparable, paired_outcomes, version_differences
 from vlagym.eval.runs import read_eval_run as read_run
 from vlagym.eval.sequential import run_sequential, sequential_settings
@@ -133,6 +143,7 @@ def _run_cell(
     seeds: list[int],
     cfg: SuiteRunConfig,
     checkpoint: CheckpointPolicy | None,
+    rollouts: Rollouts,
     extra_kwargs: dict[str, Any] | None = None,
     reset_options: dict[str, Any] | None = None,
     sequential: bool = False,
@@ -140,18 +151,11 @@ def _run_cell(
     """The records of one cell (every seed, or with `sequential` the stopped prefix), its env kwargs, and the
     number of episodes simulated (more than the records when a block ran past the stopping point)."""
     kwargs = {**cell_env_kwargs(checkpoint, split), **(extra_kwargs or {})}
-    envs = make_rollout_envs(task, cfg.num_envs, cfg.vectorization, expert=checkpoint is None, **kwargs)
-    try:
-        policy = ExpertPolicy(envs) if checkpoint is None else checkpoint
-        if sequential:
-            records, simulated = run_sequential(envs, policy, seeds, cfg, reset_options)
-        else:
-            records = run_episodes(
-                envs, policy, seeds, on_episode_start=policy.reset, progress=cfg.progress, reset_options=reset_options
-            )
-            simulated = len(records)
-    finally:
-        envs.close()
+    if sequential:
+        records, simulated = run_sequential(rollouts, task, kwargs, seeds, cfg, reset_options)
+    else:
+        records = rollouts.run(task, kwargs, seeds, reset_options)
+        simulated = len(records)
     return records, kwargs, simulated
 
 
@@ -187,7 +191,11 @@ def _cell_videos(
 
 
 def run_language_controls(
-    protocol: SuiteProtocol, seeds: list[int], cfg: SuiteRunConfig, checkpoint: CheckpointPolicy | None
+    protocol: SuiteProtocol,
+    seeds: list[int],
+    cfg: SuiteRunConfig,
+    checkpoint: CheckpointPolicy | None,
+    rollouts: Rollouts,
 ) -> dict[str, Any]:
     """Per task of the protocol: the three controls on the train split (or why they do not apply)."""
     controls: dict[str, Any] = {}
@@ -199,7 +207,9 @@ def run_language_controls(
         outcomes, episodes = {}, {}
         for control in CONTROLS:
             logger.info("language control %s: %s on %s, %d episodes", control, cfg.policy, task, len(seeds))
-            records, _, _ = _run_cell(task, CONTROL_SPLIT, seeds, cfg, checkpoint, extra, CONTROL_OPTIONS[control])
+            records, _, _ = _run_cell(
+                task, CONTROL_SPLIT, seeds, cfg, checkpoint, rollouts, extra, CONTROL_OPTIONS[control]
+            )
             outcomes[control] = [r.success for r in records]
             episodes[control] = [
                 {"seed": r.seed, "instruction": r.instruction, "success": r.success, "outcome": r.outcome}
@@ -217,13 +227,19 @@ def run_language_controls(
 
 # ---------------------------------------------------------------------------- the protocol
 def _suite_cell(
-    label: str, task: str, split: str, seeds: list[int], cfg: SuiteRunConfig, checkpoint: CheckpointPolicy | None
+    label: str,
+    task: str,
+    split: str,
+    seeds: list[int],
+    cfg: SuiteRunConfig,
+    checkpoint: CheckpointPolicy | None,
+    rollouts: Rollouts,
 ) -> dict[str, Any]:
     """One task x split of the protocol: its summary, where it stopped, env kwargs, time, episodes (and videos)."""
     logger.info("%s: %s on %s / %s, %d episodes", label, cfg.policy, task, split, len(seeds))
     t_cell = time.perf_counter()
     records, kwargs, simulated = _run_cell(
-        task, split, seeds, cfg, checkpoint, sequential=cfg.sequential_width is not None
+        task, split, seeds, cfg, checkpoint, rollouts, sequential=cfg.sequential_width is not None
     )
     cell = summarize(records)
     if cfg.sequential_width is not None:
@@ -249,6 +265,7 @@ def _bundle(
     results: dict[str, dict[str, Any]],
     started: datetime,
     wall: float,
+    backend: dict[str, Any],
 ) -> dict[str, Any]:
     """bundle.json's content (see the module docstring), language controls aside."""
     rendered = checkpoint is not None and "rgb" in str(checkpoint.env_kwargs.get("obs_mode", "rgb"))
@@ -266,7 +283,7 @@ def _bundle(
         "results": results,
         "suite_average": {metric: suite_average(results, metric) for metric in METRICS},
         "outcome_definitions": "vlagym.eval.diagnostics (module docstring): " + ", ".join(OUTCOMES),
-        "fingerprint": fingerprint(cfg, rendered),
+        "fingerprint": {**fingerprint(cfg, rendered), "backend": backend},
         "started_utc": started.isoformat(timespec="seconds"),
         "wall_clock_s": round(wall, 3),
         "reproduce": reproduction_command(cfg),
@@ -278,9 +295,16 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
     protocol = get_suite(cfg.suite)
     protocol.check_registered()
     checkpoint = None if cfg.policy == EXPERT else _load_checkpoint(cfg, protocol)
+    rollouts = None
     try:
-        return _run_suite(cfg, protocol, checkpoint)
+        rollouts = make_rollouts(
+            checkpoint, cfg.policy, cfg.backend, cfg.num_envs, cfg.vectorization, cfg.progress, cfg.address,
+            cfg.workers, cfg.served_mapping, protocol.n_action_steps,
+        )  # fmt: skip
+        return _run_suite(cfg, protocol, checkpoint, rollouts)
     finally:
+        if rollouts is not None:
+            rollouts.close()
         if hasattr(checkpoint, "close"):  # a policy server's connection
             latencies = getattr(checkpoint, "latencies", None)
             if latencies:
@@ -290,22 +314,31 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
             checkpoint.close()
 
 
-def _run_suite(cfg: SuiteRunConfig, protocol: SuiteProtocol, checkpoint: CheckpointPolicy | None) -> dict[str, Any]:
+def _run_suite(
+    cfg: SuiteRunConfig, protocol: SuiteProtocol, checkpoint: CheckpointPolicy | None, backend: Rollouts
+) -> dict[str, Any]:
     out = Path(cfg.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise EvalError(f"cannot create the output folder {cfg.out!r}: {e.strerror or e}") from e
+    run_config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_ONLY_FIELDS}
+    rollouts = Journaled(backend, cfg.out, run_config, cfg.resume)
     seeds = protocol.seeds(cfg.episodes)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     results = {
-        task: {split: _suite_cell(protocol.label, task, split, seeds, cfg, checkpoint) for split in protocol.splits}
+        task: {
+            split: _suite_cell(protocol.label, task, split, seeds, cfg, checkpoint, rollouts)
+            for split in protocol.splits
+        }
         for task in protocol.tasks
     }
-    controls = run_language_controls(protocol, seeds, cfg, checkpoint) if cfg.language_controls else None
-    bundle = _bundle(cfg, protocol, checkpoint, seeds, results, started, time.perf_counter() - t0)
+    controls = run_language_controls(protocol, seeds, cfg, checkpoint, rollouts) if cfg.language_controls else None
+    wall = time.perf_counter() - t0
+    bundle = _bundle(cfg, protocol, checkpoint, seeds, results, started, wall, rollouts.describe())
     if controls is not None:
         bundle["language_controls"] = controls
     write_outputs(bundle, out)
+    remove_journals(out)
     return bundle
