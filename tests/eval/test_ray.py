@@ -149,3 +149,16 @@ def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
     }
     assert remote["fingerprint"]["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 4}
     assert local["fingerprint"]["backend"] == {"name": "local", "num_envs": 2}
+
+
+def test_demos_on_ray_write_the_local_file_and_resume(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent.parent / "train"))
+    from test_demos import assert_same_content, collect
+
+    # noisy actions and kept failures: the noise streams and the failure bookkeeping travel too
+    common = dict(episodes=6, num_envs=2, action_noise=0.5, keep_failures=True)
+    local = collect(tmp_path / "local.hdf5", **common)
+    collect(tmp_path / "ray.hdf5", **{**common, "episodes": 3}, backend="ray", workers=2)
+    remote = collect(tmp_path / "ray.hdf5", **common, backend="ray", workers=2, resume=True)
+    assert (remote.first_episode, remote.demos) == (3, local.demos)
+    assert_same_content(tmp_path / "local.hdf5", tmp_path / "ray.hdf5")

@@ -80,6 +80,13 @@ class DemoConfig(Config):
     a slice of the sub-envs; `vlagym.envs.pool`)"""
     progress: bool = True
     """show a progress bar on stderr"""
+    backend: str = "local"
+    """"local" (this process) or "ray" (workers on a Ray cluster, each with a vector env of num_envs; the file is
+    the local one's, committed in seed order; docs/ray.md)"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers (one CPU each); unset: one per CPU of the cluster"""
 
     def __post_init__(self) -> None:
         self.task = self.task.removeprefix("vlagym:")
@@ -95,6 +102,11 @@ class DemoConfig(Config):
         _choice("vectorization", self.vectorization, VECTORIZATION_MODES)
         if self.resume and self.overwrite:
             raise DemoError("resume and overwrite exclude each other")
+        _choice("backend", self.backend, ("local", "ray"))
+        if self.backend != "ray" and (self.address is not None or self.workers is not None):
+            raise DemoError("address and workers are for backend 'ray'")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise DemoError(f"workers must be a positive integer, got {self.workers!r}")
         self._check_env_kwargs()
 
     def _check_numbers(self) -> None:

@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vlagym.train.configs import COMPRESSIONS, CONFIG_SUFFIX, VECTORIZATION_MODES, DemoConfig, DemoError
 from vlagym.train.demo_collector import DemoCollector, close_envs, ignore_sigint, make_demo_envs
@@ -80,10 +81,21 @@ def _prepare_output(cfg: DemoConfig) -> tuple[DemoJournal, int]:
     return journal, first
 
 
-def _run_episodes(cfg: DemoConfig, journal: DemoJournal, first: int, remaining: int, bar) -> DemoCollector | None:
-    """Episodes first .. cfg.episodes - 1, committed to `journal` as they finish; the collector (None: none ran)."""
+def _run_episodes(cfg: DemoConfig, journal: DemoJournal, first: int, remaining: int, bar) -> Any:
+    """Episodes first .. cfg.episodes - 1, committed to `journal` as they finish; the collector, local or Ray
+    (None: none ran), for its `successes` and `failed_seeds`."""
     if not remaining:
         return None
+    if cfg.backend == "ray":
+        from vlagym.distributed import DistributedError
+        from vlagym.train.demo_ray import RayDemoCollection
+
+        collection = RayDemoCollection(cfg, journal, first, bar)
+        try:
+            collection.run()
+        except DistributedError as e:
+            raise DemoError(str(e)) from e
+        return collection
     envs = make_demo_envs(cfg, min(cfg.num_envs, remaining))
     finished = False
     try:
