@@ -91,6 +91,7 @@ class ActorPool:
         self._args = tuple(args)
         self.max_failures = max_failures
         self.failures = 0
+        self._broadcasts: list[tuple[str, tuple[Any, ...]]] = []
         n = workers or default_workers(self.ray, cpus_per_worker)
         self.actors = self._start(n)
 
@@ -137,11 +138,15 @@ class ActorPool:
             raise DistributedError(f"{self.failures} Ray workers died (the last one: {_first_line(error)})")
         logger.warning("a Ray worker died running unit %d (%s); it reruns on a fresh worker", unit, _first_line(error))
         [fresh] = self._start(1)
+        for method, args in self._broadcasts:  # the state the others were given
+            self.ray.get(getattr(fresh, method).remote(*args))
         self.actors[self.actors.index(dead)] = fresh
         return fresh
 
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        """`worker.method(*args)` on every worker (e.g. new weights for a round); their results."""
+    def broadcast(self, method: str, *args: Any) -> list[Any]:
+        """`worker.method(*args)` on every worker, and on every worker started later to replace a dead one (e.g.
+        a round's weights: put them in the object store once, `ray.put`, and pass the reference); the results."""
+        self._broadcasts = [(m, a) for m, a in self._broadcasts if m != method] + [(method, args)]
         return self.ray.get([getattr(a, method).remote(*args) for a in self.actors])
 
     def close(self, timeout: float = 30.0) -> None:

@@ -4,6 +4,7 @@ nothing; an interrupted `vlagym eval` resumes from its journal."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ray = pytest.importorskip("ray")
 
@@ -162,3 +164,38 @@ def test_demos_on_ray_write_the_local_file_and_resume(tmp_path):
     remote = collect(tmp_path / "ray.hdf5", **common, backend="ray", workers=2, resume=True)
     assert (remote.first_episode, remote.demos) == (3, local.demos)
     assert_same_content(tmp_path / "local.hdf5", tmp_path / "ray.hdf5")
+
+
+def test_filtered_bc_rounds_collect_on_ray_as_they_do_locally(tmp_path):
+    """Filtered BC's collection on two Ray workers: each round's weights reach the workers, and a round's
+    episodes (tries of a state, their noise) are the local collector's, record by record."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "rl"))
+    from rl_helpers import make_bc_checkpoint
+
+    from vlagym.rl.fbc import FilteredBCConfig
+    from vlagym.rl.fbc.collect import round_seeds
+    from vlagym.rl.fbc.session import open_run
+
+    bc = make_bc_checkpoint(tmp_path / "bc")
+    meta = json.loads((bc / "config.json").read_text())
+    meta["extra"]["env_kwargs"]["max_episode_steps"] = 25  # short episodes: the test is about who runs them
+    (bc / "config.json").write_text(json.dumps(meta))
+    common = dict(policy=str(bc), demos=[], episodes_per_round=6, group_size=2, n_envs=1, noise_std=0.3, device="cpu")
+    local = open_run(FilteredBCConfig(**common, out=str(tmp_path / "local")), tmp_path / "local")
+    remote = open_run(FilteredBCConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2), tmp_path / "ray")
+    try:
+        for r in range(2):  # new weights each round, as training would leave them
+            torch.manual_seed(r)
+            with torch.no_grad():
+                for p in local.policy.head.parameters():
+                    p.add_(0.5 * torch.randn_like(p))
+            remote.policy.load_state_dict(local.policy.state_dict())
+            seeds = round_seeds(local.cfg, r)
+            (mine, _), (theirs, _) = local.collector.collect(seeds), remote.collector.collect(seeds)
+            assert [x.seed for x in theirs.records] == seeds
+            assert theirs.records == mine.records
+            assert len({(x.length, x.episode_return) for x in mine.records}) > 1, "the tries differ"
+            assert [e.actions.tobytes() for e in theirs.successes] == [e.actions.tobytes() for e in mine.successes]
+    finally:
+        local.close()
+        remote.close()

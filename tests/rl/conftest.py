@@ -39,16 +39,16 @@ def expert_collects(monkeypatch):
     """Make filtered BC's rounds collect with the scripted expert, so every try succeeds: ``expert_collects()``;
     ``expert_collects(edit)`` also passes each round's `Collection` through ``edit(collection, envs, actor, seeds)``
     (the actor is the one filtered BC made)."""
-    from vlagym.rl.fbc import phases
+    from vlagym.rl.fbc import collectors
 
-    real = phases.collect_round
+    real = collectors.collect_round
 
     def install(edit=None):
         def collect(envs, actor, seeds):
             collection = real(envs, ExpertActor(envs), seeds)
             return collection if edit is None else edit(collection, envs, actor, seeds)
 
-        monkeypatch.setattr(phases, "collect_round", collect)
+        monkeypatch.setattr(collectors, "collect_round", collect)
 
     return install
 

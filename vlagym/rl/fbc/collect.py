@@ -9,9 +9,11 @@ generator of its seed and its try, so a round's episodes depend on neither `n_en
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -25,6 +27,7 @@ from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.collection.recorder import RolloutRecorder
 from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.train.demo_collector import ignore_sigint
+from vlagym.train.run import resolve_device
 
 NOISE_STREAM = 0xF17B  # the exploration noise of the episode with seed s comes from default_rng([NOISE_STREAM, s])
 
@@ -115,3 +118,14 @@ def round_seeds(cfg: FilteredBCConfig, round_: int) -> list[int]:
     states = cfg.episodes_per_round // cfg.group_size
     first = cfg.collect_seed + round_ * states
     return [first + k for k in range(states) for _ in range(cfg.group_size)]
+
+
+def load_policy(cfg: FilteredBCConfig, folder: str | Path | None = None, device: str | None = None) -> VLAPolicy:
+    """The BC checkpoint (from `folder`, default `cfg.policy`) as the run trains and collects with it."""
+    policy = VLAPolicy.from_pretrained(folder or cfg.policy).to(device or resolve_device(cfg.device))
+    if cfg.n_action_steps is not None:  # how the policy acts from here on, saved with its checkpoints
+        policy.config = dataclasses.replace(policy.config, n_action_steps=cfg.n_action_steps, temporal_ensemble=False)
+    if cfg.freeze_encoders:
+        policy.vision.requires_grad_(False)
+        policy.text.requires_grad_(False)
+    return policy

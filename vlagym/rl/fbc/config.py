@@ -24,6 +24,7 @@ ROLLOUTS_DIR = "rollouts"
 Weighting = Literal["episode", "state"]
 LrSchedule = Literal["constant", "cosine"]
 Vectorization = Literal["sync", "async", "pool"]
+Backend = Literal["local", "ray"]
 Device = Literal["auto", "cpu", "cuda"]
 # the policy's observations fix these env kwargs; the task's registered limit is the episodes' time limit
 RESERVED_ENV_KWARGS = ("obs_mode", "render_mode", "image_size", "cameras", "max_episode_steps")
@@ -100,6 +101,13 @@ class FilteredBCConfig(Config):
     vectorization: Vectorization = "sync"
     """"sync" (one process), "async" (one worker process per sub-env) or "pool" (a worker per CPU, each stepping
     a slice of the sub-envs; `vlagym.envs.pool`)"""
+    backend: Backend = "local"
+    """where the collection runs: "local" (n_envs sub-envs here) or "ray" (workers on a Ray cluster, each with
+    n_envs sub-envs and the round's weights; docs/ray.md): the same episodes"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers of the collection (one CPU each); unset: one per CPU of the cluster"""
     noise_std: float = 0.1
     """std of the Gaussian exploration noise on the executed arm actions, in normalised action units (never on
     the gripper); 0: none"""
@@ -272,6 +280,10 @@ class FilteredBCConfig(Config):
         for name in ("augment", "prefetch", "freeze_encoders", "hindsight", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.backend != "ray" and (self.address is not None or self.workers is not None):
+            raise ValueError("address and workers are for backend 'ray'")
+        if self.workers is not None:
+            check_int("workers", self.workers, 1)
 
     def _resolve_demos(self, extra: dict[str, Any]) -> None:
         if self.demos is None:

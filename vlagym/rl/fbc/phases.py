@@ -23,7 +23,7 @@ import torch
 from vlagym.io import atomic_write_json
 from vlagym.rl.collection.episodes import RolloutEpisode, gripper_reopens, near_closes, without_reopens
 from vlagym.rl.collection.files import write_rollouts
-from vlagym.rl.collection.rollouts import Collection, collect_round
+from vlagym.rl.collection.rollouts import Collection
 from vlagym.rl.fbc.buffer import (
     Mixture,
     Prefetch,
@@ -108,12 +108,11 @@ def collect(run: Run, r: int) -> Collected:
     """Run round `r`'s episodes with the current policy; counts their env steps into the run's."""
     t0 = time.perf_counter()
     run.policy.eval()
-    policy_s = run.actor.seconds
-    collection = collect_round(run.envs, run.actor, round_seeds(run.cfg, r))
+    collection, policy_s = run.collector.collect(round_seeds(run.cfg, r))
     steps = sum(rec.length for rec in collection.records)
     steps += sum(x.steps for x in collection.hindsight + collection.delayed)
     run.progress.env_steps += steps
-    return Collected(collection, steps, run.actor.seconds - policy_s, time.perf_counter() - t0)
+    return Collected(collection, steps, policy_s, time.perf_counter() - t0)
 
 
 def relabel(run: Run, r: int, collected: Collected) -> Kept:

@@ -8,7 +8,6 @@ fixed by the config, so a resumed run equals an uninterrupted one.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -16,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 
 from vlagym.io import file_sha256
 from vlagym.policies.checkpoint import WEIGHTS_NAME, read_checkpoint_config
 from vlagym.policies.vla import VLAPolicy
 from vlagym.rl.fbc.buffer import demo_dataset
-from vlagym.rl.fbc.collect import NoisyVLA, make_collection_envs
+from vlagym.rl.fbc.collect import NoisyVLA, load_policy
+from vlagym.rl.fbc.collectors import LocalCollector, RayCollector
 from vlagym.rl.fbc.config import ROLLOUTS_DIR, FilteredBCConfig
 from vlagym.train.dataset import DemoDataset
-from vlagym.train.run import load_state, param_groups, resolve_device, rng_state, seed_everything, set_rng_state
+from vlagym.train.run import load_state, param_groups, rng_state, seed_everything, set_rng_state
 from vlagym.train.run_files import (
     CURVE_NAME,
     EVAL_DIR,
@@ -71,18 +70,18 @@ class Run:
     """what every checkpoint's config.json records of the run"""
     progress: Progress
     resumed_from: Path | None
-    envs: gym.vector.VectorEnv
-    actor: NoisyVLA
+    collector: LocalCollector | RayCollector
+    """runs each round's episodes, here or on Ray workers"""
 
     def close(self) -> None:
-        self.envs.close()
+        self.collector.close()
 
 
 def open_run(cfg: FilteredBCConfig, out: Path) -> Run:
     """Load the BC checkpoint, make the optimiser, the demos and the collection envs, and resume from the last
     checkpoint when `cfg.resume` finds one (a fresh run drops an old run's rollouts)."""
     seed_everything(cfg.seed)
-    policy = _load_policy(cfg)
+    policy = load_policy(cfg)
     meta = read_checkpoint_config(cfg.policy)
     env_kwargs = {"obs_mode": "rgb", "image_size": policy.config.image_size, "cameras": list(policy.config.cameras)}
     env_kwargs.update((meta.get("extra") or {}).get("env_kwargs") or {})
@@ -104,19 +103,12 @@ def open_run(cfg: FilteredBCConfig, out: Path) -> Run:
             logger.info("no checkpoint in %s: starting afresh", checkpoint_dir(out))
         progress = Progress()
         shutil.rmtree(out / ROLLOUTS_DIR, ignore_errors=True)  # a fresh run: an old run's rollouts are not ours
-    envs = make_collection_envs(cfg, env_kwargs)
-    actor = NoisyVLA(policy, cfg.noise_std, cfg.noise_hold)
-    return Run(cfg, out, policy, optimizer, demos, env_kwargs, extra, progress, last, envs, actor)
-
-
-def _load_policy(cfg: FilteredBCConfig) -> VLAPolicy:
-    policy = VLAPolicy.from_pretrained(cfg.policy).to(resolve_device(cfg.device))
-    if cfg.n_action_steps is not None:  # how the policy acts from here on, saved with its checkpoints
-        policy.config = dataclasses.replace(policy.config, n_action_steps=cfg.n_action_steps, temporal_ensemble=False)
-    if cfg.freeze_encoders:
-        policy.vision.requires_grad_(False)
-        policy.text.requires_grad_(False)
-    return policy
+    collector: LocalCollector | RayCollector
+    if cfg.backend == "ray":
+        collector = RayCollector(cfg, env_kwargs, policy)
+    else:
+        collector = LocalCollector(cfg, env_kwargs, NoisyVLA(policy, cfg.noise_std, cfg.noise_hold))
+    return Run(cfg, out, policy, optimizer, demos, env_kwargs, extra, progress, last, collector)
 
 
 def _resume(

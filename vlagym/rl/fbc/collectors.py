@@ -1,0 +1,91 @@
+"""Where a round's episodes are collected: here (`LocalCollector`) or on Ray workers (`RayCollector`).
+
+Both run `collect_round` with the run's noisy actor on collection envs of `n_envs` sub-envs. A Ray worker
+(`CollectionWorker`) loads the BC checkpoint once (its files shipped through Ray's object store, SHA-256
+checked) and before each round receives the policy's current weights (put in the object store once per round,
+and given again to a worker that replaces a dead one). Units are whole groups of tries of consecutive states:
+the k-th try of a state gets the noise of (seed, k) on whichever worker runs it, so with `n_envs=1` the round
+is the local one's episode by episode (with more sub-envs, as in `vlagym eval`: up to the rounding of batched
+inference, `vlagym.eval.ray_rollouts`). Per episode the seed goes out and the recorded episode comes back
+(images, proprio, actions: ~1 MB for 100 steps of two 64 px cameras).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from vlagym.policies.checkpoint import CONFIG_NAME, WEIGHTS_NAME
+from vlagym.policies.vla import VLAPolicy
+from vlagym.rl.collection.rollouts import Collection, collect_round
+from vlagym.rl.fbc.collect import NoisyVLA, load_policy, make_collection_envs
+from vlagym.rl.fbc.config import FilteredBCConfig
+
+logger = logging.getLogger(__name__)
+
+
+class LocalCollector:
+    """The round's episodes on this process's collection envs, with the run's actor."""
+
+    def __init__(self, cfg: FilteredBCConfig, env_kwargs: dict[str, Any], actor: NoisyVLA):
+        self.actor = actor
+        self.envs = make_collection_envs(cfg, env_kwargs)
+
+    def collect(self, seeds: list[int]) -> tuple[Collection, float]:
+        """The round's collection and the seconds spent choosing actions."""
+        before = self.actor.seconds
+        return collect_round(self.envs, self.actor, seeds), self.actor.seconds - before
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+class CollectionWorker:
+    """A Ray actor: the BC checkpoint's policy (weights set each round), a noisy actor and collection envs."""
+
+    def __init__(self, cfg: FilteredBCConfig, env_kwargs: dict[str, Any], shipment: Any):
+        self.policy = load_policy(cfg, shipment.materialize(), device="cpu").eval()
+        self.actor = NoisyVLA(self.policy, cfg.noise_std, cfg.noise_hold)
+        self.envs = make_collection_envs(cfg, env_kwargs)
+
+    def set_weights(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state, strict=True)
+        self.policy.eval()
+
+    def run(self, seeds: tuple[int, ...]) -> tuple[Collection, float]:
+        before = self.actor.seconds
+        return collect_round(self.envs, self.actor, list(seeds)), self.actor.seconds - before
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+class RayCollector:
+    """The round's episodes on Ray workers; `collect` gets the policy whose weights the workers should use."""
+
+    def __init__(self, cfg: FilteredBCConfig, env_kwargs: dict[str, Any], policy: VLAPolicy):
+        from vlagym.distributed import ActorPool, connect, ship_folder
+
+        connect(cfg.address)
+        self.policy, self.group = policy, cfg.group_size
+        self.groups_per_unit = max(1, 2 * cfg.n_envs // cfg.group_size)
+        shipment = ship_folder(cfg.policy, (CONFIG_NAME, WEIGHTS_NAME))
+        self.pool = ActorPool(CollectionWorker, (cfg, env_kwargs, shipment), cfg.workers)
+
+    def collect(self, seeds: list[int]) -> tuple[Collection, float]:
+        import ray
+
+        state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
+        self.pool.broadcast("set_weights", ray.put(state))
+        size = self.group * self.groups_per_unit  # whole groups: a state's tries stay on one worker, in order
+        units = [tuple(seeds[i : i + size]) for i in range(0, len(seeds), size)]
+        parts: dict[int, tuple[Collection, float]] = dict(self.pool.run("run", units))
+        ordered = [parts[u][0] for u in range(len(units))]
+        merged = Collection(*(sum((list(getattr(c, f)) for c in ordered), []) for f in Collection._fields))
+        return merged, sum(seconds for _, seconds in parts.values())
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+__all__ = ["CollectionWorker", "LocalCollector", "RayCollector"]
