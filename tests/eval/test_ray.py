@@ -199,3 +199,14 @@ def test_filtered_bc_rounds_collect_on_ray_as_they_do_locally(tmp_path):
     finally:
         local.close()
         remote.close()
+
+
+def test_bench_rollouts_section_runs_the_backends_side_by_side(tmp_path):
+    from vlagym.perf.config import BenchConfig
+    from vlagym.perf.rollouts import CONFIGS, bench_rollouts
+
+    cfg = BenchConfig(sections=["rollouts"], quick=True, tasks=["VLA-PressButton-v0"], image_size=32, out=None)
+    table = bench_rollouts(cfg, work=None)
+    assert [(r["obs"], r["backend"]) for r in table.rows] == [(o, c[0]) for o in ("state", "rgb") for c in CONFIGS]
+    assert all(r["episodes_per_s"] > 0 and r["startup_s"] >= 0 for r in table.rows)
+    assert [r["x_sync_1"] for r in table.rows if r["backend"] == "local sync x1"] == [1.0, 1.0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from vlagym.cli import main
-from vlagym.perf.config import SECTIONS
+from vlagym.perf.config import DEFAULT_SECTIONS
 from vlagym.perf.results import compare_bench_runs, read_bench_run
 
 TASK = "VLA-PickCup-v0"
@@ -36,7 +36,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, str]:
 def test_quick_run_writes_every_section(quick_run):
     path, stdout = quick_run
     doc = read_bench_run(path)
-    assert list(doc["sections"]) == list(SECTIONS)
+    assert list(doc["sections"]) == list(DEFAULT_SECTIONS)
     assert doc["config"]["quick"] is True and doc["config"]["tasks"] == [TASK] and doc["config"]["repeats"] == 2
     assert {"vlagym", "mujoco", "gymnasium", "torch", "numpy"} <= set(doc["fingerprint"]["versions"])
     for name, section in doc["sections"].items():

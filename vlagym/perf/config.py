@@ -11,7 +11,9 @@ from pathlib import Path
 
 from vlagym.config import Config
 
-SECTIONS = ("env", "env-parts", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc")
+SECTIONS = ("env", "env-parts", "render", "vector", "dataset", "bc", "latency", "ppo", "filtered-bc", "rollouts")
+#: what `vlagym bench` runs unless --sections says otherwise: "rollouts" starts a Ray cluster (vlagym[ray])
+DEFAULT_SECTIONS = SECTIONS[:-1]
 DEVICES = ("cpu", "cuda")
 MAIN_TASK = "VLA-PickCup-v0"  # the quickstart task: first in the default task list, the one-task sections use it
 CAMERAS = ("front", "wrist")
@@ -64,6 +66,8 @@ class Budget:
     """filtered-BC collection episodes per round (2 rounds per pass, on `ppo_envs` sub-envs)"""
     fbc_updates: int
     """filtered-BC optimiser steps per round"""
+    rollout_episodes: int
+    """rollouts: expert episodes per measurement (each backend runs the same seeds)"""
 
 
 FULL = Budget(
@@ -85,6 +89,7 @@ FULL = Budget(
     ppo_iterations=4,
     fbc_episodes=8,
     fbc_updates=60,
+    rollout_episodes=24,
 )
 QUICK = Budget(
     repeats=1,
@@ -105,6 +110,7 @@ QUICK = Budget(
     ppo_iterations=2,
     fbc_episodes=1,
     fbc_updates=2,
+    rollout_episodes=4,
 )
 
 
@@ -125,8 +131,8 @@ def single_tasks() -> list[str]:
 class BenchConfig(Config):
     """Options of `run_bench` (and `vlagym bench`); saved in the output JSON."""
 
-    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
-    """the sections to run, in this order (see `SECTIONS`)"""
+    sections: list[str] = field(default_factory=lambda: list(DEFAULT_SECTIONS))
+    """the sections to run, in this order (see `SECTIONS`; "rollouts", the Ray backend, only when named)"""
     tasks: list[str] | None = None
     """env section: task ids (the other sections use the first); None: every single task, or only
     VLA-PickCup-v0 with `quick`"""

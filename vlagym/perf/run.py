@@ -21,6 +21,7 @@ from vlagym.perf.latency import bench_latency
 from vlagym.perf.ppo import bench_ppo
 from vlagym.perf.render import bench_render
 from vlagym.perf.results import FORMAT, FORMAT_VERSION
+from vlagym.perf.rollouts import bench_rollouts
 from vlagym.perf.table import Table
 from vlagym.perf.vector import bench_vector
 from vlagym.perf.work import Work
@@ -35,6 +36,7 @@ SECTION_FUNCTIONS: dict[str, Callable[[BenchConfig, Work], Table]] = {
     "latency": bench_latency,
     "ppo": bench_ppo,
     "filtered-bc": bench_filtered_bc,
+    "rollouts": bench_rollouts,
 }
 
 
