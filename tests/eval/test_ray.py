@@ -201,6 +201,7 @@ def test_filtered_bc_rounds_collect_on_ray_as_they_do_locally(tmp_path):
         remote.close()
 
 
+@pytest.mark.slow  # 10 s of pools starting: `vlagym bench --sections rollouts --quick` checks the same by hand
 def test_bench_rollouts_section_runs_the_backends_side_by_side(tmp_path):
     from vlagym.perf.config import BenchConfig
     from vlagym.perf.rollouts import CONFIGS, bench_rollouts

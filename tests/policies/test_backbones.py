@@ -227,8 +227,10 @@ def test_default_vla_is_unchanged(tmp_path, head):
     assert torch.equal(pred, again)
 
 
-@pytest.mark.parametrize("dtype, tol", [("float32", 1e-4), ("bfloat16", 2e-3)])
-def test_onnx_export_merges_lora(tmp_path, tokenizer, models, dtype, tol):
+def test_onnx_export_merges_lora(tmp_path, tokenizer, models):
+    # bfloat16 LoRA: the export casts the backbone to float32 and merges the adapters (one export: ~16 s); the
+    # adapters move these actions by 0.02, so a merge that lost them would fail the 2e-3 tolerance
+    dtype, tol = "bfloat16", 2e-3
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     import onnx
