@@ -141,14 +141,19 @@ def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
     from vlagym.eval.configs import SuiteRunConfig
     from vlagym.eval.suite_run import run_suite
 
-    monkeypatch.setitem(suites.SUITES, "tiny-seq", tiny_protocol())
-    common = dict(suite="tiny-seq", policy="expert", episodes=8, num_envs=2, progress=False)
+    # two tasks x two splits, and the language controls of the one that has them: all handed out at once on Ray
+    tasks = (TASK, "VLA-PressButton-v0")
+    protocol = tiny_protocol(tasks=tasks, splits=("train", "lighting"), horizons=((TASK, 100), ("VLA-PressButton-v0", 80)))
+    monkeypatch.setitem(suites.SUITES, "tiny-seq", protocol)
+    common = dict(suite="tiny-seq", policy="expert", episodes=4, num_envs=2, language_controls=True, progress=False)
     local = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "local")))
     remote = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2))
     assert remote["results"] == {
-        task: {split: {**cell, "seconds": remote["results"][task][split]["seconds"]} for split, cell in splits.items()}
+        task: {split: {**cell, "seconds": None} for split, cell in splits.items()}
         for task, splits in local["results"].items()
     }
+    assert "episodes" in remote["language_controls"][TASK]
+    assert remote["language_controls"] == local["language_controls"]
     assert remote["fingerprint"]["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 4}
     assert local["fingerprint"]["backend"] == {"name": "local", "num_envs": 2}
 

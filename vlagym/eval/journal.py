@@ -76,12 +76,10 @@ class EpisodeJournal:
             records[int(d["seed"])] = EpisodeRecord(**d)
         return records
 
-    def start(self, keep: bool) -> None:
-        """Begin appending; `keep` False drops what an earlier run journaled."""
+    def start(self) -> None:
+        """Begin appending (after the records already there: `check_run` started the folder of a fresh run)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not keep:
-            self.path.unlink(missing_ok=True)
-        elif self.path.exists():  # cut a line a crash left unfinished, so the next record starts a line of its own
+        if self.path.exists():  # cut a line a crash left unfinished, so the next record starts a line of its own
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):
                 with open(self.path, "r+b") as f:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from vlagym.eval.adapters import ExpertPolicy
 from vlagym.eval.journal import EpisodeJournal, check_run
@@ -26,13 +26,26 @@ from vlagym.eval.rollout import EpisodeRecord, make_rollout_envs, run_episodes
 logger = logging.getLogger(__name__)
 
 OnRecord = Callable[[int, EpisodeRecord], None]
+OnJobRecord = Callable[[int, int, EpisodeRecord], None]
+
+
+class Job(NamedTuple):
+    """Episodes of one task and env settings: one record per seed."""
+
+    task: str
+    env_kwargs: dict[str, Any]
+    seeds: Sequence[int]
+    reset_options: dict[str, Any] | None = None
 
 
 class Rollouts(Protocol):
-    """Runs episodes of a fixed policy: `run` returns one record per seed, in the order of `seeds`."""
+    """Runs episodes of a fixed policy: `run` returns one record per seed, in the order of `seeds`; `run_many`
+    runs several jobs (on Ray, all at once: a suite's cells keep a large cluster busy together)."""
 
     parallel: int
     """episodes in flight at once (sub-envs over all workers): a sequential block keeps them all busy"""
+    concurrent: bool
+    """whether `run_many` runs its jobs at once (Ray) rather than one after another (here)"""
 
     def run(
         self,
@@ -42,6 +55,9 @@ class Rollouts(Protocol):
         reset_options: dict[str, Any] | None = None,
         on_record: OnRecord | None = None,
     ) -> list[EpisodeRecord]: ...
+
+    def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
+        """Each job's records; `on_record(job, k, record)` as episodes finish."""
 
     def describe(self) -> dict[str, Any]:
         """What a results file records of where the episodes ran."""
@@ -55,6 +71,7 @@ class LocalRollouts:
     def __init__(self, policy: Any, num_envs: int = 1, vectorization: str = "sync", progress: bool = False):
         self.policy, self.num_envs, self.vectorization, self.progress = policy, num_envs, vectorization, progress
         self.parallel = num_envs
+        self.concurrent = False
         self._key: str | None = None
         self._envs: Any = None
         self._acting: Any = None
@@ -83,6 +100,9 @@ class LocalRollouts:
             reset_options=reset_options, on_record=on_record,
         )  # fmt: skip
 
+    def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
+        return [self.run(*job, on_record=_for_job(on_record, i)) for i, job in enumerate(jobs)]
+
     def describe(self) -> dict[str, Any]:
         return {"name": "local", "num_envs": self.num_envs}
 
@@ -100,7 +120,7 @@ class Journaled:
 
     def __init__(self, rollouts: Rollouts, out: str, run_config: dict[str, Any], resume: bool):
         self.rollouts, self.out, self.resume = rollouts, out, resume
-        self.parallel = rollouts.parallel
+        self.parallel, self.concurrent = rollouts.parallel, rollouts.concurrent
         check_run(out, run_config, resume)
 
     def run(
@@ -111,26 +131,32 @@ class Journaled:
         reset_options: dict[str, Any] | None = None,
         on_record: OnRecord | None = None,
     ) -> list[EpisodeRecord]:
-        seeds = [int(s) for s in seeds]
-        journal = EpisodeJournal(self.out, task, env_kwargs, reset_options)
-        done = {s: r for s, r in journal.load().items() if s in set(seeds)} if self.resume else {}
-        journal.start(keep=self.resume)
-        todo = [s for s in seeds if s not in done]
-        if done:
-            logger.info(
-                "%s: %d of %d episodes journaled, %d to run", task, len(seeds) - len(todo), len(seeds), len(todo)
-            )
+        return self.run_many([Job(task, env_kwargs, seeds, reset_options)], _for_job_zero(on_record))[0]
 
-        position = {s: k for k, s in enumerate(seeds)}
+    def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
+        journals = [EpisodeJournal(self.out, job.task, job.env_kwargs, job.reset_options) for job in jobs]
+        done: list[dict[int, EpisodeRecord]] = []
+        todo: list[int] = []  # the jobs with episodes left to run
+        for i, (job, journal) in enumerate(zip(jobs, journals, strict=True)):
+            wanted = {int(s) for s in job.seeds}
+            done.append({s: r for s, r in journal.load().items() if s in wanted} if self.resume else {})
+            journal.start()
+            if len(done[i]) < len(wanted):
+                todo.append(i)
+            if done[i]:
+                logger.info("%s: %d of %d episodes journaled, the rest run", job.task, len(done[i]), len(wanted))
+        positions = [{int(s): k for k, s in enumerate(job.seeds)} for job in jobs]
+        left = [jobs[i]._replace(seeds=[int(s) for s in jobs[i].seeds if int(s) not in done[i]]) for i in todo]
 
-        def record(k: int, r: EpisodeRecord) -> None:
-            journal.append(r)
+        def record(t: int, k: int, r: EpisodeRecord) -> None:
+            i = todo[t]
+            journals[i].append(r)
             if on_record is not None:
-                on_record(position[r.seed], r)
+                on_record(i, positions[i][r.seed], r)
 
-        if todo:
-            done.update(zip(todo, self.rollouts.run(task, env_kwargs, todo, reset_options, record), strict=True))
-        return [done[s] for s in seeds]
+        for t, records in enumerate(self.rollouts.run_many(left, record)):
+            done[todo[t]].update(zip(left[t].seeds, records, strict=True))
+        return [[done[i][int(s)] for s in job.seeds] for i, job in enumerate(jobs)]
 
     def describe(self) -> dict[str, Any]:
         return self.rollouts.describe()
@@ -139,4 +165,14 @@ class Journaled:
         self.rollouts.close()
 
 
-__all__ = ["Journaled", "LocalRollouts", "OnRecord", "Rollouts"]
+def _for_job(on_record: OnJobRecord | None, i: int) -> OnRecord | None:
+    """`on_record` of `run_many` as the `on_record` of `run` for job `i`."""
+    return None if on_record is None else lambda k, r: on_record(i, k, r)
+
+
+def _for_job_zero(on_record: OnRecord | None) -> OnJobRecord | None:
+    """`on_record` of `run` as the `on_record` of `run_many` for one job."""
+    return None if on_record is None else lambda i, k, r: on_record(k, r)
+
+
+__all__ = ["Job", "Journaled", "LocalRollouts", "OnJobRecord", "OnRecord", "Rollouts"]

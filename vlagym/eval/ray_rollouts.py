@@ -32,7 +32,7 @@ from typing import Any
 from vlagym.distributed import ActorPool, FolderShipment, ship_folder
 from vlagym.eval.configs import EXPERT, policy_kind
 from vlagym.eval.layout import CHECKPOINT_FILES
-from vlagym.eval.local_rollouts import LocalRollouts
+from vlagym.eval.local_rollouts import Job, LocalRollouts
 from vlagym.eval.rollout import EpisodeRecord
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class RayRollouts:
         self.unit_size = unit_size or 2 * num_envs  # small units: even shares, little lost to a dead worker
         self.pool = ActorPool(RolloutWorker, (source, num_envs, vectorization), workers, cpus_per_worker)
         self.parallel = self.workers * num_envs
+        self.concurrent = True
 
     @property
     def workers(self) -> int:
@@ -139,18 +140,29 @@ class RayRollouts:
         on_record: Callable[[int, EpisodeRecord], None] | None = None,
     ) -> list[EpisodeRecord]:
         """The records of `seeds` in their order; `on_record(k, record)` as each unit's episodes come back."""
-        seeds = [int(s) for s in seeds]
-        starts = range(0, len(seeds), self.unit_size)
-        units = [
-            RolloutUnit(task, dict(env_kwargs), tuple(seeds[i : i + self.unit_size]), reset_options) for i in starts
-        ]
-        records: list[EpisodeRecord | None] = [None] * len(seeds)
+        on_job_record = None if on_record is None else (lambda i, k, r: on_record(k, r))
+        return self.run_many([Job(task, env_kwargs, seeds, reset_options)], on_job_record)[0]
+
+    def run_many(
+        self, jobs: Sequence[Job], on_record: Callable[[int, int, EpisodeRecord], None] | None = None
+    ) -> list[list[EpisodeRecord]]:
+        """Each job's records: the units of every job are handed out together, so small jobs (a suite's cells)
+        keep many workers busy; `on_record(job, k, record)` as each unit's episodes come back."""
+        size = self.unit_size
+        where: list[tuple[int, int]] = []  # (job, offset of the unit's first seed)
+        units: list[RolloutUnit] = []
+        for i, job in enumerate(jobs):
+            seeds = [int(s) for s in job.seeds]
+            for a in range(0, len(seeds), size):
+                where.append((i, a))
+                units.append(RolloutUnit(job.task, dict(job.env_kwargs), tuple(seeds[a : a + size]), job.reset_options))
+        records: list[list[EpisodeRecord | None]] = [[None] * len(job.seeds) for job in jobs]
         for u, unit_records in self.pool.run("run", units):
+            i, a = where[u]
             for j, record in enumerate(unit_records):
-                k = starts[u] + j
-                records[k] = record
+                records[i][a + j] = record
                 if on_record is not None:
-                    on_record(k, record)
+                    on_record(i, a + j, record)
         return records  # type: ignore[return-value]
 
     def close(self) -> None:

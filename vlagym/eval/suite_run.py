@@ -66,7 +66,7 @@ from vlagym.eval.evaluate import record_videos
 from vlagym.eval.journal import remove_journals
 from vlagym.eval.layout import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, BUNDLE_JSON, BUNDLE_MD, HEATMAP_PNG, VIDEOS_DIR
 from vlagym.eval.loading import load_eval_policy
-from vlagym.eval.local_rollouts import Journaled, Rollouts
+from vlagym.eval.local_rollouts import Job, Journaled, Rollouts
 from vlagym.eval.rollout import EpisodeRecord
 from vlagym.eval.runs import check_comparable, paired_outcomes, version_differences
 from vlagym.eval.runs import read_eval_run as read_run
@@ -144,17 +144,15 @@ def _run_cell(
     cfg: SuiteRunConfig,
     checkpoint: CheckpointPolicy | None,
     rollouts: Rollouts,
-    extra_kwargs: dict[str, Any] | None = None,
-    reset_options: dict[str, Any] | None = None,
     sequential: bool = False,
 ) -> tuple[list[EpisodeRecord], dict[str, Any], int]:
     """The records of one cell (every seed, or with `sequential` the stopped prefix), its env kwargs, and the
     number of episodes simulated (more than the records when a block ran past the stopping point)."""
-    kwargs = {**cell_env_kwargs(checkpoint, split), **(extra_kwargs or {})}
+    kwargs = cell_env_kwargs(checkpoint, split)
     if sequential:
-        records, simulated = run_sequential(rollouts, task, kwargs, seeds, cfg, reset_options)
+        records, simulated = run_sequential(rollouts, task, kwargs, seeds, cfg)
     else:
-        records = rollouts.run(task, kwargs, seeds, reset_options)
+        records = rollouts.run(task, kwargs, seeds)
         simulated = len(records)
     return records, kwargs, simulated
 
@@ -199,25 +197,30 @@ def run_language_controls(
 ) -> dict[str, Any]:
     """Per task of the protocol: the three controls on the train split (or why they do not apply)."""
     controls: dict[str, Any] = {}
+    applicable = [task for task in protocol.tasks if supports_language_controls(task)]
+    pairs = [(task, control) for task in applicable for control in CONTROLS]
+    logger.info("language controls %s: %s on %s, %d episodes each", list(CONTROLS), cfg.policy, applicable, len(seeds))
+    jobs = [
+        Job(task, {**cell_env_kwargs(checkpoint, CONTROL_SPLIT), **CONTROL_ENV_KWARGS.get(task, {})}, seeds,
+            CONTROL_OPTIONS[control])
+        for task, control in pairs
+    ]  # fmt: skip
+    ran = dict(zip(pairs, rollouts.run_many(jobs), strict=True))  # on Ray, all at once
     for task in protocol.tasks:
-        if not supports_language_controls(task):
+        if task not in applicable:
             controls[task] = {"note": "not applicable (the task has no target swap: VLAEnv.swap_candidates)"}
             continue
-        extra = CONTROL_ENV_KWARGS.get(task, {})
-        outcomes, episodes = {}, {}
-        for control in CONTROLS:
-            logger.info("language control %s: %s on %s, %d episodes", control, cfg.policy, task, len(seeds))
-            records, _, _ = _run_cell(
-                task, CONTROL_SPLIT, seeds, cfg, checkpoint, rollouts, extra, CONTROL_OPTIONS[control]
-            )
-            outcomes[control] = [r.success for r in records]
-            episodes[control] = [
+        outcomes = {control: [r.success for r in ran[task, control]] for control in CONTROLS}
+        episodes = {
+            control: [
                 {"seed": r.seed, "instruction": r.instruction, "success": r.success, "outcome": r.outcome}
-                for r in records
+                for r in ran[task, control]
             ]
+            for control in CONTROLS
+        }
         controls[task] = {
             "split": CONTROL_SPLIT,
-            "env_kwargs": extra,
+            "env_kwargs": CONTROL_ENV_KWARGS.get(task, {}),
             "reset_options": CONTROL_OPTIONS,
             **summarize_controls(outcomes),
             "episodes": episodes,
@@ -234,13 +237,18 @@ def _suite_cell(
     cfg: SuiteRunConfig,
     checkpoint: CheckpointPolicy | None,
     rollouts: Rollouts,
+    ran: list[EpisodeRecord] | None = None,
 ) -> dict[str, Any]:
-    """One task x split of the protocol: its summary, where it stopped, env kwargs, time, episodes (and videos)."""
-    logger.info("%s: %s on %s / %s, %d episodes", label, cfg.policy, task, split, len(seeds))
+    """One task x split of the protocol: its summary, where it stopped, env kwargs, time, episodes (and videos).
+    `ran`: the cell's records when it ran together with the others (its "seconds" is then None)."""
     t_cell = time.perf_counter()
-    records, kwargs, simulated = _run_cell(
-        task, split, seeds, cfg, checkpoint, rollouts, sequential=cfg.sequential_width is not None
-    )
+    if ran is None:
+        logger.info("%s: %s on %s / %s, %d episodes", label, cfg.policy, task, split, len(seeds))
+        records, kwargs, simulated = _run_cell(
+            task, split, seeds, cfg, checkpoint, rollouts, sequential=cfg.sequential_width is not None
+        )
+    else:
+        records, kwargs, simulated = ran, cell_env_kwargs(checkpoint, split), len(ran)
     cell = summarize(records)
     if cfg.sequential_width is not None:
         cell["sequential"] = {
@@ -250,7 +258,7 @@ def _suite_cell(
             "episodes_discarded": simulated - len(records),
         }
     cell["env_kwargs"] = kwargs
-    cell["seconds"] = round(time.perf_counter() - t_cell, 3)
+    cell["seconds"] = round(time.perf_counter() - t_cell, 3) if ran is None else None
     cell["episodes"] = [episode_dict(r) for r in records]
     if cfg.videos:
         _cell_videos(task, split, records, cell["episodes"], kwargs, cfg, checkpoint)
@@ -327,13 +335,17 @@ def _run_suite(
     seeds = protocol.seeds(cfg.episodes)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    results = {
-        task: {
-            split: _suite_cell(protocol.label, task, split, seeds, cfg, checkpoint, rollouts)
-            for split in protocol.splits
-        }
-        for task in protocol.tasks
-    }
+    cells = [(task, split) for task in protocol.tasks for split in protocol.splits]
+    ran: dict[tuple[str, str], list[EpisodeRecord]] = {}
+    if rollouts.concurrent and cfg.sequential_width is None:  # Ray: every cell's episodes handed out at once
+        logger.info("%s: %s on %d cells of %d episodes, together", protocol.label, cfg.policy, len(cells), len(seeds))
+        jobs = [Job(task, cell_env_kwargs(checkpoint, split), seeds) for task, split in cells]
+        ran = dict(zip(cells, rollouts.run_many(jobs), strict=True))
+    results: dict[str, dict[str, Any]] = {task: {} for task in protocol.tasks}
+    for task, split in cells:
+        results[task][split] = _suite_cell(
+            protocol.label, task, split, seeds, cfg, checkpoint, rollouts, ran.get((task, split))
+        )
     controls = run_language_controls(protocol, seeds, cfg, checkpoint, rollouts) if cfg.language_controls else None
     wall = time.perf_counter() - t0
     bundle = _bundle(cfg, protocol, checkpoint, seeds, results, started, wall, rollouts.describe())
