@@ -142,8 +142,8 @@ def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
     from vlagym.eval.suite_run import run_suite
 
     # two tasks x two splits, and the language controls of the one that has them: all handed out at once on Ray
-    tasks = (TASK, "VLA-PressButton-v0")
-    protocol = tiny_protocol(tasks=tasks, splits=("train", "lighting"), horizons=((TASK, 100), ("VLA-PressButton-v0", 80)))
+    horizons = ((TASK, 100), ("VLA-PressButton-v0", 80))
+    protocol = tiny_protocol(tasks=tuple(t for t, _ in horizons), splits=("train", "lighting"), horizons=horizons)
     monkeypatch.setitem(suites.SUITES, "tiny-seq", protocol)
     common = dict(suite="tiny-seq", policy="expert", episodes=4, num_envs=2, language_controls=True, progress=False)
     local = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "local")))
