@@ -18,6 +18,7 @@ object store, checked by SHA-256 on arrival: nodes need no shared file system.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: How many dead workers one run tolerates (each time the unit moves to another worker) before it gives up.
 MAX_WORKER_FAILURES = 8
+#: How long a fresh worker may wait for a CPU; past it, the run goes on without (the cluster lost a node).
+REPLACE_TIMEOUT_S = 120.0
 
 
 class DistributedError(Exception):
@@ -95,10 +98,15 @@ class ActorPool:
         n = workers or default_workers(self.ray, cpus_per_worker)
         self.actors = self._start(n)
 
-    def _start(self, n: int) -> list[Any]:
+    def _start(self, n: int, timeout: float | None = None) -> list[Any]:
+        """`n` started workers; `TimeoutError` when they could not be placed within `timeout` seconds."""
         actors = [self._remote.options(**self._options).remote(*self._args) for _ in range(n)]
         try:
-            self.ray.get([a.__ray_ready__.remote() for a in actors])
+            self.ray.get([a.__ray_ready__.remote() for a in actors], timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError as e:
+            for a in actors:
+                self.ray.kill(a)
+            raise TimeoutError(f"no room for {n} Ray worker(s) within {timeout} s") from e
         except self.ray.exceptions.RayError as e:
             for a in actors:
                 self.ray.kill(a)
@@ -122,7 +130,11 @@ class ActorPool:
                     result = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
                     pending.appendleft(i)
-                    idle.append(self._replace(actor, i, e))
+                    fresh = self._replace(actor, i, e)
+                    if fresh is not None:
+                        idle.append(fresh)
+                    elif not self.actors:
+                        raise DistributedError(f"every Ray worker died (the last one: {_first_line(e)})") from e
                     continue
                 except ray.exceptions.RayTaskError as e:
                     raise DistributedError(f"unit {i} failed on a Ray worker: {_first_line(e)}") from e
@@ -130,14 +142,22 @@ class ActorPool:
                 yield i, result
         finally:
             for ref in in_flight:  # an abandoned run (error, interrupt) cancels what is still running
-                ray.cancel(ref, force=False)
+                with contextlib.suppress(Exception):  # best effort: close() ends the workers anyway
+                    ray.cancel(ref, force=False)
 
     def _replace(self, dead: Any, unit: int, error: Exception) -> Any:
+        """A fresh worker in place of `dead`, given what was broadcast; None when the cluster has no room for one
+        (a lost node's CPUs): the run goes on with the workers left."""
         self.failures += 1
         if self.failures > self.max_failures:
             raise DistributedError(f"{self.failures} Ray workers died (the last one: {_first_line(error)})")
         logger.warning("a Ray worker died running unit %d (%s); it reruns on a fresh worker", unit, _first_line(error))
-        [fresh] = self._start(1)
+        try:
+            [fresh] = self._start(1, timeout=REPLACE_TIMEOUT_S)
+        except TimeoutError as e:
+            self.actors.remove(dead)
+            logger.warning("%s (a lost node?): going on with %d workers", e, len(self.actors))
+            return None
         for method, args in self._broadcasts:  # the state the others were given
             self.ray.get(getattr(fresh, method).remote(*args))
         self.actors[self.actors.index(dead)] = fresh

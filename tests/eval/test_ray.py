@@ -94,6 +94,30 @@ def test_a_worker_killed_mid_run_changes_nothing():
         rollouts.close()
 
 
+def test_a_run_goes_on_with_fewer_workers_when_there_is_no_room_for_a_fresh_one(monkeypatch):
+    seeds = list(range(600, 608))
+    want = local_records(None, {"obs_mode": "state"}, seeds, num_envs=1)
+    rollouts = RayRollouts(PolicySource.from_policy("expert"), workers=2, num_envs=1, unit_size=2)
+    victim = ray.get(rollouts.pool.actors[1].pid.remote())
+
+    def no_room(n, timeout=None):  # as when the dead worker's node is gone with its CPUs
+        raise TimeoutError(f"no room for {n} Ray worker(s) within {timeout} s")
+
+    monkeypatch.setattr(rollouts.pool, "_start", no_room)
+    killed: list[int] = []
+
+    def kill_one(k, record):
+        if not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(k)
+
+    try:
+        assert rollouts.run(TASK, {"obs_mode": "state"}, seeds, on_record=kill_one) == want
+        assert rollouts.workers == 1 and rollouts.pool.failures == 1
+    finally:
+        rollouts.close()
+
+
 def test_an_interrupted_eval_resumes_on_any_backend(tmp_path):
     args = ["--policy", "expert", "--tasks", TASK, "--episodes", "24", "--out", str(tmp_path / "cut"), "--no-progress"]
     folder = tmp_path / "cut" / JOURNAL_DIR
