@@ -4,6 +4,7 @@ nothing; an interrupted `vlagym eval` resumes from its journal."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -240,3 +241,41 @@ def test_bench_rollouts_section_runs_the_backends_side_by_side(tmp_path):
     assert [(r["obs"], r["backend"]) for r in table.rows] == [(o, c[0]) for o in ("state", "rgb") for c in CONFIGS]
     assert all(r["episodes_per_s"] > 0 and r["startup_s"] >= 0 for r in table.rows)
     assert [r["x_sync_1"] for r in table.rows if r["backend"] == "local sync x1"] == [1.0, 1.0]
+
+
+@pytest.mark.slow  # ~25-45 s: a residual teacher to train, and 16 episodes of 100 steps
+def test_distill_collections_on_ray_equal_the_local_ones(tmp_path):
+    """The residual teacher's episodes and a DAgger round's labelled student episodes, on two Ray workers
+    (teacher, base and student shipped): the local collections, record by record and label by label."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "rl"))
+    from rl_helpers import make_bc_checkpoint
+    from test_residual import tiny_config
+
+    from vlagym.rl.collection.rollouts import collect_round
+    from vlagym.rl.residual import DistillConfig
+    from vlagym.rl.residual.dagger import collect_labelled, recording_envs
+    from vlagym.rl.residual.loop import train_residual
+    from vlagym.rl.residual.remote import RayTeacher
+    from vlagym.rl.residual.teacher import load_teacher
+
+    bc = make_bc_checkpoint(tmp_path / "bc")
+    folder = train_residual(tiny_config(bc, tmp_path / "residual", total_timesteps=60))["checkpoint"]
+    teacher = load_teacher(folder)
+    seeds = [7_000_000 + i for i in range(4)]
+    cfg = DistillConfig(
+        teacher=folder, out=str(tmp_path / "d"), n_envs=1, vectorization="sync", backend="ray", workers=2
+    )
+    remote = RayTeacher(dataclasses.replace(cfg, workers=2), teacher.description["base"])
+    try:
+        envs = recording_envs(teacher, 1, "sync")
+        try:
+            mine = collect_round(envs, teacher, seeds)
+        finally:
+            envs.close()
+        assert remote.teach(seeds).records == mine.records
+        student, labelled = collect_labelled(CheckpointPolicy(bc), teacher, seeds, 1, "sync")
+        their_student, their_labelled = remote.label(str(bc), seeds)
+        assert their_student.records == student.records
+        assert [e.actions.tobytes() for e in their_labelled] == [e.actions.tobytes() for e in labelled]
+    finally:
+        remote.close()

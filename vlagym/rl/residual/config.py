@@ -198,6 +198,13 @@ class DistillConfig(Config):
     """reuse OUT's complete teacher rollouts and continue the student's BC run"""
     progress: bool = True
     """show progress bars"""
+    backend: str = "local"
+    """where the teacher's and the DAgger rounds' episodes run: "local" (n_envs sub-envs here) or "ray"
+    (workers on a Ray cluster, each with n_envs sub-envs; docs/ray.md): the same episodes"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers (one CPU each); unset: one per CPU of the cluster"""
 
     def __post_init__(self) -> None:
         if not self.teacher:
@@ -225,6 +232,12 @@ class DistillConfig(Config):
         for name in ("resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.backend not in ("local", "ray"):
+            raise ValueError(f"backend must be one of ['local', 'ray'], got {self.backend!r}")
+        if self.backend != "ray" and (self.address is not None or self.workers is not None):
+            raise ValueError("address and workers are for backend 'ray'")
+        if self.workers is not None:
+            check_int("workers", self.workers, 1)
         collect = (self.collect_seed, self.dagger_seed(self.dagger_rounds + 1))
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if collect[0] < evals[1] and evals[0] < collect[1]:

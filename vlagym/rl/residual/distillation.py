@@ -33,6 +33,7 @@ from vlagym.rl.collection.files import write_rollouts
 from vlagym.rl.collection.rollouts import collect_round
 from vlagym.rl.residual.config import DistillConfig
 from vlagym.rl.residual.dagger import collect_labelled, recording_envs
+from vlagym.rl.residual.remote import RayTeacher
 from vlagym.rl.residual.teacher import ResidualTeacher, load_teacher
 from vlagym.train.configs import BCConfig
 from vlagym.train.run_files import latest_checkpoint
@@ -45,14 +46,21 @@ LABELS_NAME = "labelled.hdf5"
 SUMMARY_NAME = "distill_summary.json"
 
 
-def collect_teacher_rollouts(teacher: ResidualTeacher, cfg: DistillConfig, path: Path) -> dict[str, Any]:
-    """Run the teacher on seeds collect_seed + i and write its successes to `path`; counts and seconds."""
-    envs = recording_envs(teacher, cfg.n_envs, cfg.vectorization)
+def collect_teacher_rollouts(
+    teacher: ResidualTeacher, cfg: DistillConfig, path: Path, remote: RayTeacher | None = None
+) -> dict[str, Any]:
+    """Run the teacher on seeds collect_seed + i (here, or on `remote`'s Ray workers) and write its successes to
+    `path`; counts and seconds."""
+    seeds = [cfg.collect_seed + i for i in range(cfg.episodes)]
     start = time.perf_counter()
-    try:
-        collection = collect_round(envs, teacher, [cfg.collect_seed + i for i in range(cfg.episodes)], cfg.progress)
-    finally:
-        envs.close()
+    if remote is not None:
+        collection = remote.teach(seeds)
+    else:
+        envs = recording_envs(teacher, cfg.n_envs, cfg.vectorization)
+        try:
+            collection = collect_round(envs, teacher, seeds, cfg.progress)
+        finally:
+            envs.close()
     student_env = student_env_kwargs(teacher)
     write_rollouts(path, collection.successes, teacher.task, student_env)
     kept = len(collection.successes)
@@ -75,12 +83,21 @@ def distill(cfg: DistillConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / CONFIG_NAME, cfg.to_dict())
     teacher = load_teacher(cfg.teacher)
+    remote = RayTeacher(cfg, teacher.description["base"]) if cfg.backend == "ray" else None
+    try:
+        return _distill(cfg, out, teacher, remote)
+    finally:
+        if remote is not None:
+            remote.close()
+
+
+def _distill(cfg: DistillConfig, out: Path, teacher: ResidualTeacher, remote: RayTeacher | None) -> dict[str, Any]:
     rollouts, summary_path = out / ROLLOUTS_NAME, out / SUMMARY_NAME
     summary: dict[str, Any] = {}
     if cfg.resume and rollouts.is_file() and summary_path.is_file():
         summary = json.loads(summary_path.read_text())
     if "teacher" not in summary:
-        summary = {"teacher": collect_teacher_rollouts(teacher, cfg, rollouts)}
+        summary = {"teacher": collect_teacher_rollouts(teacher, cfg, rollouts, remote)}
         atomic_write_json(summary_path, summary)
     if summary["teacher"]["successes"] == 0:
         raise ValueError(f"the teacher succeeded in none of its {cfg.episodes} episodes: nothing to distil")
@@ -95,7 +112,7 @@ def distill(cfg: DistillConfig) -> dict[str, Any]:
             continue
         record: dict[str, Any] = {"round": r, "seconds": {}}
         if r > 0:
-            record["labelled"] = _dagger_data(teacher, cfg, r, rounds[-1]["checkpoint"], folder / LABELS_NAME)
+            record["labelled"] = _dagger_data(teacher, cfg, r, rounds[-1]["checkpoint"], folder / LABELS_NAME, remote)
             record["seconds"]["collect"] = record["labelled"].pop("collect_s")
         start = time.perf_counter()
         steps, init = (cfg.steps, None) if r == 0 else (cfg.dagger_steps, rounds[-1]["checkpoint"])
@@ -112,13 +129,18 @@ def distill(cfg: DistillConfig) -> dict[str, Any]:
     return summary
 
 
-def _dagger_data(teacher: ResidualTeacher, cfg: DistillConfig, r: int, student: str, path: Path) -> dict[str, Any]:
+def _dagger_data(
+    teacher: ResidualTeacher, cfg: DistillConfig, r: int, student: str, path: Path, remote: RayTeacher | None
+) -> dict[str, Any]:
     """DAgger round `r`'s data: the student's episodes on fresh seeds, labelled by the teacher, written to `path`."""
     start = time.perf_counter()
     seeds = [cfg.dagger_seed(r) + i for i in range(cfg.dagger_episodes)]
-    collection, episodes = collect_labelled(
-        CheckpointPolicy(student), teacher, seeds, cfg.n_envs, cfg.vectorization, cfg.progress
-    )
+    if remote is not None:
+        collection, episodes = remote.label(student, seeds)
+    else:
+        collection, episodes = collect_labelled(
+            CheckpointPolicy(student), teacher, seeds, cfg.n_envs, cfg.vectorization, cfg.progress
+        )
     write_rollouts(path, episodes, teacher.task, student_env_kwargs(teacher))
     successes = sum(record.success for record in collection.records)
     logger.info("DAgger round %d: the student succeeded in %d of %d episodes (%s)", r, successes, len(seeds), path)
