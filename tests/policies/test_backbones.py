@@ -169,6 +169,33 @@ def test_bfloat16_backbone_trains_saves_and_reloads(tmp_path, tokenizer, models,
     assert (fp32.eval().predict_action_chunk(batch) - out).abs().max() < 0.01
 
 
+def test_qlora_trains_adapters_over_4bit_weights_reloads_and_exports(tmp_path, tokenizer, models):
+    pytest.importorskip("bitsandbytes")  # its CPU backend: the 4-bit path runs here as on CUDA
+    from vlagym.policies.backbones import dequantize_nf4, merge_lora
+    from vlagym.policies.onnx import ActingGraph, example_inputs
+
+    p = policy(tokenizer, models, "siglip", text="bert", tuning="lora", quantization="nf4")
+    base = p.vision.model.encoder.layers[0].self_attn.q_proj.base_layer
+    assert type(base).__name__ == "Linear4bit" and base.weight.dtype == torch.uint8
+    before = snapshot(p)
+    train(p)
+    diff = changed(before, snapshot(p))
+    backbone = {k for k in diff if k.startswith(("vision.model.", "text.model."))}
+    assert backbone and all("lora_" in k for k in backbone), "only the adapters learn; the 4-bit weights stay"
+    p.save_pretrained(tmp_path / "ckpt")
+    q = load_policy(tmp_path / "ckpt")  # strict, offline: packed weights and quantization state restored
+    batch = make_batch(seed=5)
+    assert torch.equal(p.predict_action_chunk(batch), q.predict_action_chunk(batch))
+
+    assert base.weight.numel() == base.in_features * base.out_features // 2, "two 4-bit weights per byte"
+    # What export traces: the 4-bit layers dequantized to float32, the adapters merged; the same actions
+    inputs = example_inputs(p)
+    with torch.inference_mode():
+        want = ActingGraph(p)(*inputs)
+        got = ActingGraph(merge_lora(dequantize_nf4(p))).eval()(*inputs)
+    assert (want - got).abs().max() < 1e-4
+
+
 def test_frozen_trains_only_the_rest(tokenizer, models):
     p = policy(tokenizer, models, "resnet", text="bert", tuning="frozen")  # BatchNorm statistics must stay too
     before = snapshot(p)
@@ -261,6 +288,8 @@ def test_onnx_export_merges_lora(tmp_path, tokenizer, models):
         (dict(lora_r=0), "lora_r must be an integer >= 1"),
         (dict(lora_dropout=1.0), "lora_dropout must be in [0, 1)"),
         (dict(dtype="float16"), "dtype must be one of"),
+        (dict(quantization="int8"), "quantization must be one of"),
+        (dict(quantization="nf4", tuning="full"), "use tuning 'lora' (QLoRA) or 'frozen'"),
         (dict(lora_target_modules="q_proj"), "must be a list of module names"),
         (dict(image_mean=[0.5, 0.5]), "image_mean must be 3 finite numbers"),
         (dict(vision_config={"model_type": "siglip_vision_model"}), "vision_config is set but vision_model is None"),
@@ -285,6 +314,12 @@ def test_missing_package_is_a_clear_error(monkeypatch, models, package, tuning):
     monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
     with pytest.raises(ValueError, match=r"needs the '\w+' package: pip install 'vlagym\[hf\]'"):
         BackboneConfig(vision_model=models["siglip"], tuning=tuning)
+
+
+def test_missing_bitsandbytes_is_a_clear_error(monkeypatch, models):
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    with pytest.raises(ValueError, match=r"quantization='nf4' needs the 'bitsandbytes' package: .*vlagym\[qlora\]"):
+        BackboneConfig(vision_model=models["siglip"], tuning="lora", quantization="nf4")
 
 
 def test_cli_has_the_options_and_imports_neither_package():

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlagym.policies.config import BackboneConfig, _require_hf
+from vlagym.policies.config import QLORA_HINT, BackboneConfig, _require_hf
 from vlagym.wrappers.language import PAD_ID, UNK_ID, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ def load_backbone(cfg: BackboneConfig, kind: str, pretrained: bool) -> nn.Module
     else:
         model = transformers.AutoModel.from_config(config)
     model = model.to(dtype)  # not a loading argument: its name changed across transformers versions
+    if cfg.quantization is not None:
+        model = quantize_nf4(model, dtype)
     if cfg.tuning == "lora":
         model = _inject_lora(cfg, model, name)
     elif cfg.tuning == "frozen":
@@ -82,17 +84,80 @@ def _inject_lora(cfg: BackboneConfig, model: nn.Module, name: str) -> nn.Module:
     return model
 
 
+def quantize_nf4(model: nn.Module, compute_dtype: torch.dtype) -> nn.Module:
+    """`model` with every `nn.Linear` replaced by a bitsandbytes 4-bit NormalFloat layer (QLoRA's storage: the
+    weights frozen, packed two per byte with a scale per block of 64), computing in `compute_dtype`; quantized
+    here, on the CPU (a later `.to("cuda")` moves the packed weights)."""
+    bnb = _require_hf("bitsandbytes", "quantization='nf4'", QLORA_HINT)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear:
+                continue
+            q = bnb.nn.Linear4bit(
+                child.in_features, child.out_features, bias=child.bias is not None, compute_dtype=compute_dtype,
+                quant_type="nf4", device="cpu",
+            )  # fmt: skip
+            q.weight = bnb.nn.Params4bit(
+                child.weight.data.float().cpu(), requires_grad=False, quant_type="nf4", module=q
+            )
+            if child.bias is not None:
+                q.bias = nn.Parameter(child.bias.data.cpu().clone(), requires_grad=False)
+            q._register_load_state_dict_pre_hook(_load_nf4, with_module=True)
+            setattr(parent, name, q.to("cpu"))  # quantizes
+    return model
+
+
+def _load_nf4(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+    """Load a packed 4-bit weight with its quantization state (saved beside it as ``weight.absmax``, ...)."""
+    import bitsandbytes as bnb
+
+    key = prefix + "weight"
+    stats = {k[len(key) + 1 :]: state_dict.pop(k) for k in list(state_dict) if k.startswith(key + ".")}
+    if stats:
+        module.weight = bnb.nn.Params4bit.from_prequantized(
+            data=state_dict[key], quantized_stats=stats, requires_grad=False, device=module.weight.device, module=module
+        )
+
+
+def _is_nf4(module: nn.Module) -> bool:
+    return type(module).__name__ == "Linear4bit" and type(module).__module__.startswith("bitsandbytes")
+
+
+def dequantize_nf4(module: nn.Module) -> nn.Module:
+    """A copy of `module` whose 4-bit layers are plain float32 `nn.Linear`s of the same values (for export);
+    `module` itself when it has none."""
+    if not any(_is_nf4(m) for m in module.modules()):
+        return module
+    import bitsandbytes as bnb
+
+    module = copy.deepcopy(module)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if _is_nf4(child):
+                weight = bnb.functional.dequantize_4bit(child.weight.data, child.weight.quant_state).float()
+                plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                plain.weight = nn.Parameter(weight.reshape(child.out_features, child.in_features), requires_grad=False)
+                if child.bias is not None:
+                    plain.bias = nn.Parameter(child.bias.data.float(), requires_grad=False)
+                setattr(parent, name, plain)
+    return module
+
+
 def merge_lora(module: nn.Module) -> nn.Module:
-    """A copy of `module` with every LoRA adapter merged into its base layer and the adapter modules removed
-    (the plain architecture, for export); `module` itself when it has none."""
+    """A copy of `module` with every LoRA adapter's update added to its base layer's weight and the adapter
+    modules removed (the plain architecture, for export); `module` itself when it has none. The bases must be
+    plain layers (`dequantize_nf4` first)."""
     if not any(hasattr(m, "lora_A") for m in module.modules()):
         return module
     module = copy.deepcopy(module)
     for parent in list(module.modules()):
         for child_name, child in list(parent.named_children()):
             if hasattr(child, "lora_A") and hasattr(child, "get_base_layer"):
-                child.merge()
-                setattr(parent, child_name, child.get_base_layer())
+                base = child.get_base_layer()
+                with torch.no_grad():
+                    for adapter in child.active_adapters:
+                        base.weight += child.get_delta_weight(adapter).to(base.weight.dtype)
+                setattr(parent, child_name, base)
     return module
 
 

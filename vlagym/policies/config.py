@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 HEADS = ("l1", "flow")
 BACKBONE_TUNINGS = ("frozen", "full", "lora")
 BACKBONE_DTYPES = ("float32", "bfloat16")
+BACKBONE_QUANTIZATIONS = ("nf4",)
 HF_HINT = "pip install 'vlagym[hf]'"
+QLORA_HINT = "pip install 'vlagym[qlora]'"
 FLOW_TIME_SAMPLINGS = ("uniform", "beta")
 
 
@@ -71,6 +73,10 @@ class BackboneConfig(Config):
     dtype: str = "float32"
     """dtype of the pretrained models' weights: "float32", or "bfloat16" (meant for CUDA; runs on the CPU too,
     slower); LoRA adapters stay float32"""
+    quantization: str | None = None
+    """"nf4": the pretrained models' linear layers stored in 4 bits (NormalFloat, QLoRA's storage), computing in
+    `dtype`; with tuning "lora" (QLoRA) or "frozen"; needs bitsandbytes (pip install 'vlagym[qlora]'), on the
+    CPU or CUDA. None: full precision"""
     image_size: int | None = None
     """side the images are resized to for the vision model (None: its config's image_size, else the VLA's)"""
     image_mean: tuple[float, ...] | None = None
@@ -90,6 +96,13 @@ class BackboneConfig(Config):
         if self._needs_resolving():
             self._resolve()
 
+    def _check_quantization(self) -> None:
+        if self.quantization is None:
+            return
+        _choice("quantization", self.quantization, BACKBONE_QUANTIZATIONS)
+        if self.tuning == "full":
+            raise ValueError("quantization 'nf4' stores frozen weights: use tuning 'lora' (QLoRA) or 'frozen'")
+
     def _check_fields(self) -> None:
         for name in ("vision_model", "text_model"):
             value = getattr(self, name)
@@ -99,6 +112,7 @@ class BackboneConfig(Config):
                 raise ValueError(f"{name.replace('_model', '_config')} is set but {name} is None")
         _choice("tuning", self.tuning, BACKBONE_TUNINGS)
         _choice("dtype", self.dtype, BACKBONE_DTYPES)
+        self._check_quantization()
         _positive_int("lora_r", self.lora_r)
         _positive_int("text_subwords", self.text_subwords)
         if self.image_size is not None:
@@ -137,6 +151,8 @@ class BackboneConfig(Config):
         transformers = _require_hf("transformers", "a pretrained backbone")
         if self.tuning == "lora":
             _require_hf("peft", "tuning='lora'")
+        if self.quantization is not None:
+            _require_hf("bitsandbytes", f"quantization={self.quantization!r}", QLORA_HINT)
         for kind in ("vision", "text"):
             name = getattr(self, f"{kind}_model")
             if name is None or getattr(self, f"{kind}_config") is not None:
@@ -163,12 +179,12 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _require_hf(package: str, what: str) -> Any:
-    """The imported `package` (transformers or peft), or a one-line error naming the extra to install."""
+def _require_hf(package: str, what: str, hint: str = HF_HINT) -> Any:
+    """The imported `package` (transformers, peft, bitsandbytes), or a one-line error naming the extra to install."""
     try:
         return importlib.import_module(package)
     except ImportError as e:
-        raise ValueError(f"{what} needs the {package!r} package: {HF_HINT}") from e
+        raise ValueError(f"{what} needs the {package!r} package: {hint}") from e
 
 
 def _image_norm(transformers: Any, name: str, model_type: str) -> tuple[tuple[float, ...], tuple[float, ...]]:

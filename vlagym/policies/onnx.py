@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from vlagym.io import temp_path
-from vlagym.policies.backbones import backbones_to_float32, merge_lora
+from vlagym.policies.backbones import backbones_to_float32, dequantize_nf4, merge_lora
 from vlagym.policies.checkpoint import read_checkpoint_config
 from vlagym.policies.config import VLAConfig
 from vlagym.policies.vla import IMAGE_KEY, PROPRIO_KEY, Generators, VLAPolicy, load_policy
@@ -119,7 +119,7 @@ def export_onnx(
         raise _missing("onnx", "ONNX export") from e
     # LoRA adapters merged into their base layers: the graph is the plain backbone's, at its speed; in float32,
     # which every runtime runs (a bfloat16 backbone's check then measures the dtype change too).
-    graph = ActingGraph(merge_lora(backbones_to_float32(policy))).eval()
+    graph = ActingGraph(merge_lora(backbones_to_float32(dequantize_nf4(policy)))).eval()
     inputs = example_inputs(policy)
     batch = torch.export.Dim("batch", min=1, max=4096)
     out = Path(out)
