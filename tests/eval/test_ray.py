@@ -74,6 +74,18 @@ def test_a_checkpoint_gives_the_local_records_with_any_workers(tmp_path):
         with_ray.close()
 
 
+def test_a_served_policy_on_ray_workers_gives_the_local_episodes_and_their_latency(tmp_path):
+    from vlagym.eval.server import PolicyServer
+
+    folder = make_checkpoint(tmp_path / "ckpt", "flow")  # the workers send each episode's noise
+    with PolicyServer(str(folder), port=0) as server:
+        common = dict(policy=server.uri, tasks=[TASK], episodes=4, progress=False)
+        local = evaluate(EvalConfig(**common, out=str(tmp_path / "local")))
+        remote = evaluate(EvalConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2))
+    assert episodes(remote) == episodes(local)
+    assert remote["served_latency"]["requests"] == local["served_latency"]["requests"] > 0
+
+
 def test_a_worker_killed_mid_run_changes_nothing():
     seeds = list(range(500, 516))
     want = local_records(None, {"obs_mode": "state"}, seeds, num_envs=1)

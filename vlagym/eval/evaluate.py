@@ -226,6 +226,8 @@ def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Rol
         "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out, rollouts) for task in tasks},
     }
     latencies = getattr(checkpoint, "latencies", None)
+    if latencies is not None and hasattr(backend, "served_latencies"):  # the workers made the requests
+        latencies = backend.served_latencies()
     if latencies is not None:  # a served policy: the round trip of every request
         from vlagym.eval.served import latency_summary
 

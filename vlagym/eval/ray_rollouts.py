@@ -101,6 +101,15 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def served_latencies(self) -> list[float]:
+        """A served policy's request round trips (seconds) since the last call; [] for any other policy."""
+        latencies = getattr(self.local.policy, "latencies", None)
+        if latencies is None:
+            return []
+        taken = list(latencies)
+        latencies.clear()
+        return taken
+
     def close(self) -> None:
         self.local.close()
 
@@ -164,6 +173,12 @@ class RayRollouts:
                 if on_record is not None:
                     on_record(i, a + j, record)
         return records  # type: ignore[return-value]
+
+    def served_latencies(self) -> list[float]:
+        """The request round trips of a served policy's workers since the last call (the workers alive now)."""
+        import ray
+
+        return [t for part in ray.get([a.served_latencies.remote() for a in self.pool.actors]) for t in part]
 
     def close(self) -> None:
         self.pool.close()
