@@ -3,6 +3,7 @@
     pool = ActorPool(MyWorker, args=(...,), workers=4)     # MyWorker: a plain class with the unit method
     for index, result in pool.run("run", units):           # results as units finish, any order
         ...
+    results = pool.map("run", units)                       # or all of them, in the order of the units
     pool.close()
 
 Each worker is a Ray actor built from a plain class (importable on every node: vlagym installed there). The
@@ -144,6 +145,11 @@ class ActorPool:
             for ref in in_flight:  # an abandoned run (error, interrupt) cancels what is still running
                 with contextlib.suppress(Exception):  # best effort: close() ends the workers anyway
                     ray.cancel(ref, force=False)
+
+    def map(self, method: str, units: Sequence[Any]) -> list[Any]:
+        """`worker.method(unit)` for every unit, in the order of `units` (`run` without the streaming)."""
+        results = dict(self.run(method, units))
+        return [results[i] for i in range(len(units))]
 
     def _replace(self, dead: Any, unit: int, error: Exception) -> Any:
         """A fresh worker in place of `dead`, given what was broadcast; None when the cluster has no room for one

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from vlagym.eval.adapters import ExpertPolicy
 from vlagym.eval.journal import EpisodeJournal, check_run
@@ -38,9 +38,10 @@ class Job(NamedTuple):
     reset_options: dict[str, Any] | None = None
 
 
-class Rollouts(Protocol):
-    """Runs episodes of a fixed policy: `run` returns one record per seed, in the order of `seeds`; `run_many`
-    runs several jobs (on Ray, all at once: a suite's cells keep a large cluster busy together)."""
+class Rollouts:
+    """Runs episodes of a fixed policy. `run_many` (each backend's own) returns each job's records, one per
+    seed in the order of its seeds; on Ray the jobs run at once, so a suite's cells keep a cluster busy. `run`
+    is one job."""
 
     parallel: int
     """episodes in flight at once (sub-envs over all workers): a sequential block keeps them all busy"""
@@ -54,18 +55,24 @@ class Rollouts(Protocol):
         seeds: Sequence[int],
         reset_options: dict[str, Any] | None = None,
         on_record: OnRecord | None = None,
-    ) -> list[EpisodeRecord]: ...
+    ) -> list[EpisodeRecord]:
+        """The records of `seeds` in their order; `on_record(k, record)` as episodes finish."""
+        on_job_record = None if on_record is None else (lambda i, k, r: on_record(k, r))
+        return self.run_many([Job(task, env_kwargs, seeds, reset_options)], on_job_record)[0]
 
     def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
         """Each job's records; `on_record(job, k, record)` as episodes finish."""
+        raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
         """What a results file records of where the episodes ran."""
+        raise NotImplementedError
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the envs or workers."""
 
 
-class LocalRollouts:
+class LocalRollouts(Rollouts):
     """Episodes in this process: `policy` (None: each task's scripted expert) in a rollout vector env."""
 
     def __init__(self, policy: Any, num_envs: int = 1, vectorization: str = "sync", progress: bool = False):
@@ -86,22 +93,23 @@ class LocalRollouts:
             self._key = key
         return self._envs, self._acting
 
-    def run(
-        self,
-        task: str,
-        env_kwargs: dict[str, Any],
-        seeds: Sequence[int],
-        reset_options: dict[str, Any] | None = None,
-        on_record: OnRecord | None = None,
-    ) -> list[EpisodeRecord]:
-        envs, policy = self._envs_for(task, env_kwargs)
-        return run_episodes(
-            envs, policy, seeds, on_episode_start=policy.reset, progress=self.progress,
-            reset_options=reset_options, on_record=on_record,
-        )  # fmt: skip
-
     def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
-        return [self.run(*job, on_record=_for_job(on_record, i)) for i, job in enumerate(jobs)]
+        out = []
+        for i, job in enumerate(jobs):  # one after another
+            envs, policy = self._envs_for(job.task, job.env_kwargs)
+            on_episode = None if on_record is None else (lambda k, r, i=i: on_record(i, k, r))
+            out.append(
+                run_episodes(
+                    envs,
+                    policy,
+                    job.seeds,
+                    on_episode_start=policy.reset,
+                    progress=self.progress,
+                    reset_options=job.reset_options,
+                    on_record=on_episode,
+                )  # fmt: skip
+            )
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"name": "local", "num_envs": self.num_envs}
@@ -112,7 +120,7 @@ class LocalRollouts:
         self._key = self._envs = self._acting = None
 
 
-class Journaled:
+class Journaled(Rollouts):
     """`rollouts` with every episode journaled under `out`; with `resume`, journaled episodes are reused.
 
     `run_config` is what makes two runs the same (the policy, seeds, settings; not where they ran): a resume
@@ -122,16 +130,6 @@ class Journaled:
         self.rollouts, self.out, self.resume = rollouts, out, resume
         self.parallel, self.concurrent = rollouts.parallel, rollouts.concurrent
         check_run(out, run_config, resume)
-
-    def run(
-        self,
-        task: str,
-        env_kwargs: dict[str, Any],
-        seeds: Sequence[int],
-        reset_options: dict[str, Any] | None = None,
-        on_record: OnRecord | None = None,
-    ) -> list[EpisodeRecord]:
-        return self.run_many([Job(task, env_kwargs, seeds, reset_options)], _for_job_zero(on_record))[0]
 
     def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
         journals = [EpisodeJournal(self.out, job.task, job.env_kwargs, job.reset_options) for job in jobs]
@@ -163,16 +161,6 @@ class Journaled:
 
     def close(self) -> None:
         self.rollouts.close()
-
-
-def _for_job(on_record: OnJobRecord | None, i: int) -> OnRecord | None:
-    """`on_record` of `run_many` as the `on_record` of `run` for job `i`."""
-    return None if on_record is None else lambda k, r: on_record(i, k, r)
-
-
-def _for_job_zero(on_record: OnRecord | None) -> OnJobRecord | None:
-    """`on_record` of `run` as the `on_record` of `run_many` for one job."""
-    return None if on_record is None else lambda i, k, r: on_record(k, r)
 
 
 __all__ = ["Job", "Journaled", "LocalRollouts", "OnJobRecord", "OnRecord", "Rollouts"]

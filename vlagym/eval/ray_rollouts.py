@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vlagym.distributed import ActorPool, FolderShipment, ship_folder
 from vlagym.eval.configs import EXPERT, policy_kind
 from vlagym.eval.layout import CHECKPOINT_FILES
-from vlagym.eval.local_rollouts import Job, LocalRollouts
+from vlagym.eval.local_rollouts import Job, LocalRollouts, OnJobRecord, Rollouts
 from vlagym.eval.rollout import EpisodeRecord
 
 logger = logging.getLogger(__name__)
@@ -77,26 +77,16 @@ class PolicySource:
         return policy
 
 
-@dataclass(frozen=True)
-class RolloutUnit:
-    """Consecutive episodes of one task and env settings: what one worker runs at a time."""
-
-    task: str
-    env_kwargs: dict[str, Any]
-    seeds: tuple[int, ...]
-    reset_options: dict[str, Any] | None = None
-
-
 class RolloutWorker:
-    """A Ray actor running `RolloutUnit`s: the policy loaded once, episodes run by a `LocalRollouts`."""
+    """A Ray actor running units (`Job`s of consecutive seeds): the policy loaded once, a `LocalRollouts`."""
 
     def __init__(self, source: PolicySource, num_envs: int, vectorization: str = "sync"):
         # loaded now, so a bad one fails when the worker starts
         policy = source.load()
         self.local = LocalRollouts(policy, num_envs, vectorization)
 
-    def run(self, unit: RolloutUnit) -> list[EpisodeRecord]:
-        return self.local.run(unit.task, unit.env_kwargs, unit.seeds, unit.reset_options)
+    def run(self, unit: Job) -> list[EpisodeRecord]:
+        return self.local.run(*unit)
 
     def pid(self) -> int:
         return os.getpid()
@@ -114,7 +104,7 @@ class RolloutWorker:
         self.local.close()
 
 
-class RayRollouts:
+class RayRollouts(Rollouts):
     """A pool of `RolloutWorker`s (see the module docstring); `run` is `run_episodes` spread over them."""
 
     def __init__(
@@ -140,31 +130,17 @@ class RayRollouts:
         """What a results file records of the backend."""
         return {"name": "ray", "workers": self.workers, "num_envs": self.num_envs, "unit_size": self.unit_size}
 
-    def run(
-        self,
-        task: str,
-        env_kwargs: dict[str, Any],
-        seeds: Sequence[int],
-        reset_options: dict[str, Any] | None = None,
-        on_record: Callable[[int, EpisodeRecord], None] | None = None,
-    ) -> list[EpisodeRecord]:
-        """The records of `seeds` in their order; `on_record(k, record)` as each unit's episodes come back."""
-        on_job_record = None if on_record is None else (lambda i, k, r: on_record(k, r))
-        return self.run_many([Job(task, env_kwargs, seeds, reset_options)], on_job_record)[0]
-
-    def run_many(
-        self, jobs: Sequence[Job], on_record: Callable[[int, int, EpisodeRecord], None] | None = None
-    ) -> list[list[EpisodeRecord]]:
+    def run_many(self, jobs: Sequence[Job], on_record: OnJobRecord | None = None) -> list[list[EpisodeRecord]]:
         """Each job's records: the units of every job are handed out together, so small jobs (a suite's cells)
         keep many workers busy; `on_record(job, k, record)` as each unit's episodes come back."""
         size = self.unit_size
         where: list[tuple[int, int]] = []  # (job, offset of the unit's first seed)
-        units: list[RolloutUnit] = []
+        units: list[Job] = []
         for i, job in enumerate(jobs):
             seeds = [int(s) for s in job.seeds]
             for a in range(0, len(seeds), size):
                 where.append((i, a))
-                units.append(RolloutUnit(job.task, dict(job.env_kwargs), tuple(seeds[a : a + size]), job.reset_options))
+                units.append(job._replace(seeds=tuple(seeds[a : a + size])))
         records: list[list[EpisodeRecord | None]] = [[None] * len(job.seeds) for job in jobs]
         for u, unit_records in self.pool.run("run", units):
             i, a = where[u]
@@ -184,4 +160,4 @@ class RayRollouts:
         self.pool.close()
 
 
-__all__ = ["PolicySource", "RayRollouts", "RolloutUnit", "RolloutWorker"]
+__all__ = ["PolicySource", "RayRollouts", "RolloutWorker"]

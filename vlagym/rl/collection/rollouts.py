@@ -42,6 +42,11 @@ class Collection(NamedTuple):
     """the failed episodes (when the recorders record them)"""
 
 
+def join_collections(parts: list[Collection]) -> Collection:
+    """Collections of consecutive runs of seeds (e.g. Ray workers' units) as one, in seed order."""
+    return Collection(*([x for part in parts for x in getattr(part, f)] for f in Collection._fields))
+
+
 def collect_round(envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], progress: bool = False) -> Collection:
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
     come in an order of their content, so that the result does not depend on which sub-env finished first."""

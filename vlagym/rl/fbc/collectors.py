@@ -7,7 +7,7 @@ and given again to a worker that replaces a dead one). Units are whole groups of
 the k-th try of a state gets the noise of (seed, k) on whichever worker runs it, so with `n_envs=1` the round
 is the local one's episode by episode (with more sub-envs, as in `vlagym eval`: up to the rounding of batched
 inference, `vlagym.eval.ray_rollouts`). Per episode the seed goes out and the recorded episode comes back
-(images, proprio, actions: ~1 MB for 100 steps of two 64 px cameras).
+(images, proprio, actions: ~2.5 MB for 100 steps of two 64 px cameras).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vlagym.policies.checkpoint import CONFIG_NAME, WEIGHTS_NAME
+from vlagym.eval.layout import CHECKPOINT_FILES
 from vlagym.policies.vla import VLAPolicy
-from vlagym.rl.collection.rollouts import Collection, collect_round
+from vlagym.rl.collection.rollouts import Collection, collect_round, join_collections
 from vlagym.rl.fbc.collect import NoisyVLA, load_policy, make_collection_envs
 from vlagym.rl.fbc.config import FilteredBCConfig
 
@@ -41,23 +41,21 @@ class LocalCollector:
 
 
 class CollectionWorker:
-    """A Ray actor: the BC checkpoint's policy (weights set each round), a noisy actor and collection envs."""
+    """A Ray actor: the BC checkpoint's policy (weights set each round) collecting through a `LocalCollector`."""
 
     def __init__(self, cfg: FilteredBCConfig, env_kwargs: dict[str, Any], shipment: Any):
         self.policy = load_policy(cfg, shipment.materialize(), device="cpu").eval()
-        self.actor = NoisyVLA(self.policy, cfg.noise_std, cfg.noise_hold)
-        self.envs = make_collection_envs(cfg, env_kwargs)
+        self.local = LocalCollector(cfg, env_kwargs, NoisyVLA(self.policy, cfg.noise_std, cfg.noise_hold))
 
     def set_weights(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state, strict=True)
         self.policy.eval()
 
     def run(self, seeds: tuple[int, ...]) -> tuple[Collection, float]:
-        before = self.actor.seconds
-        return collect_round(self.envs, self.actor, list(seeds)), self.actor.seconds - before
+        return self.local.collect(list(seeds))
 
     def close(self) -> None:
-        self.envs.close()
+        self.local.close()
 
 
 class RayCollector:
@@ -69,7 +67,7 @@ class RayCollector:
         connect(cfg.address)
         self.policy, self.group = policy, cfg.group_size
         self.groups_per_unit = max(1, 2 * cfg.n_envs // cfg.group_size)
-        shipment = ship_folder(cfg.policy, (CONFIG_NAME, WEIGHTS_NAME))
+        shipment = ship_folder(cfg.policy, CHECKPOINT_FILES)
         self.pool = ActorPool(CollectionWorker, (cfg, env_kwargs, shipment), cfg.workers)
 
     def collect(self, seeds: list[int]) -> tuple[Collection, float]:
@@ -79,10 +77,8 @@ class RayCollector:
         self.pool.broadcast("set_weights", ray.put(state))
         size = self.group * self.groups_per_unit  # whole groups: a state's tries stay on one worker, in order
         units = [tuple(seeds[i : i + size]) for i in range(0, len(seeds), size)]
-        parts: dict[int, tuple[Collection, float]] = dict(self.pool.run("run", units))
-        ordered = [parts[u][0] for u in range(len(units))]
-        merged = Collection(*(sum((list(getattr(c, f)) for c in ordered), []) for f in Collection._fields))
-        return merged, sum(seconds for _, seconds in parts.values())
+        parts = self.pool.map("run", units)
+        return join_collections([c for c, _ in parts]), sum(seconds for _, seconds in parts)
 
     def close(self) -> None:
         self.pool.close()

@@ -17,17 +17,12 @@ from typing import Any
 from vlagym.eval.adapters import CheckpointPolicy
 from vlagym.eval.layout import CHECKPOINT_FILES
 from vlagym.rl.collection.episodes import RolloutEpisode
-from vlagym.rl.collection.rollouts import Collection, collect_round
+from vlagym.rl.collection.rollouts import Collection, collect_round, join_collections
 from vlagym.rl.residual.config import DistillConfig
 from vlagym.rl.residual.dagger import DaggerActor, recording_envs
 from vlagym.rl.residual.teacher import ACTOR_NAME, TEACHER_NAME, load_teacher
 
 logger = logging.getLogger(__name__)
-
-
-def join(collections: list[Collection]) -> Collection:
-    """Collections of consecutive seed runs as one, in seed order."""
-    return Collection(*(sum((list(getattr(c, f)) for c in collections), []) for f in Collection._fields))
 
 
 class TeacherWorker:
@@ -84,21 +79,17 @@ class RayTeacher:
         return [tuple(seeds[i : i + self.unit]) for i in range(0, len(seeds), self.unit)]
 
     def teach(self, seeds: list[int]) -> Collection:
-        units = self._units(seeds)
-        parts = dict(self.pool.run("teach", units))
-        return join([parts[u] for u in range(len(units))])
+        return join_collections(self.pool.map("teach", self._units(seeds)))
 
     def label(self, student: str, seeds: list[int]) -> tuple[Collection, list[RolloutEpisode]]:
         from vlagym.distributed import ship_folder
 
         shipped = ship_folder(student, CHECKPOINT_FILES)
-        units = [(shipped, unit) for unit in self._units(seeds)]
-        parts = dict(self.pool.run("label", units))
-        ordered = [parts[u] for u in range(len(units))]
-        return join([c for c, _ in ordered]), [e for _, episodes in ordered for e in episodes]
+        parts = self.pool.map("label", [(shipped, unit) for unit in self._units(seeds)])
+        return join_collections([c for c, _ in parts]), [e for _, episodes in parts for e in episodes]
 
     def close(self) -> None:
         self.pool.close()
 
 
-__all__ = ["RayTeacher", "TeacherWorker", "join"]
+__all__ = ["RayTeacher", "TeacherWorker"]
