@@ -3,11 +3,11 @@
 Each task x split keeps only the first n episodes in seed order, n the first count >= `sequential_min_episodes`
 at which `vlagym.eval.stats.can_stop` holds on those n outcomes (the Wilson 95% interval is at most
 `sequential_width` wide), or all of them if it never holds. The rule is checked after every episode of the
-ordered prefix, never per batch: the episodes run in blocks of seeds (at least as many as run at once: `num_envs`
-per worker, and never short of
-the first count at which the rule could hold), and episodes a block ran past n are discarded, not counted. So n
-depends only on the outcomes in seed order, and for a policy whose episodes depend only on their seed (the
-expert; a checkpoint run with `num_envs=1`) the cell is exactly the first n episodes of a full run.
+ordered prefix, never per batch: the episodes run in blocks of seeds (at least as many as run at once, `num_envs`
+per worker, and never short of the first count at which the rule could hold), and episodes a block ran past n
+are discarded, not counted. So n depends only on the outcomes in seed order, and for a policy whose episodes
+depend only on their seed (the expert; a checkpoint run with `num_envs=1`) the cell is exactly the first n
+episodes of a full run.
 """
 
 from __future__ import annotations
