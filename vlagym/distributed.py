@@ -6,8 +6,11 @@
     results = pool.map("run", units)                       # or all of them, in the order of the units
     pool.close()
 
-Each worker is a Ray actor built from a plain class (importable on every node: vlagym installed there). The
-pool hands out one unit at a time to each idle worker, so fast workers take more. Ray sets each worker's
+Each worker is a Ray actor holding an instance of a plain class (importable on every node: vlagym installed
+there). The pool hands out one unit at a time to each idle worker, so fast workers take more. What a worker
+logs at WARNING or above (Python warnings included) comes back with each call and is logged by the driver's
+`vlagym.distributed` logger, naming the worker's node and process; Ray's own streaming of worker output stays
+off. Ray sets each worker's
 `OMP_NUM_THREADS` to its CPUs (`cpus_per_worker`); vlagym's import selects headless rendering there too. A
 worker whose process or node dies (`RayActorError`) has its unit given to another worker and is replaced by a
 fresh actor; a unit whose code raises stops the run with that error (a bug is not retried). Units must be
@@ -72,6 +75,59 @@ def default_workers(ray: Any, cpus_per_worker: float) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1) // cpus_per_worker))
 
 
+#: The most log records one call of a worker sends back; the rest are counted.
+MAX_RELAYED_LOGS = 50
+
+
+class _LogBuffer(logging.Handler):
+    """Keeps the records a worker logs between two calls, as (level, text)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[tuple[int, str]] = []
+        self.dropped = 0
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) < MAX_RELAYED_LOGS:
+            self.records.append((record.levelno, self.format(record)))
+        else:
+            self.dropped += 1
+
+    def take(self) -> tuple[list[tuple[int, str]], int]:
+        taken, dropped = self.records, self.dropped
+        self.records, self.dropped = [], 0
+        return taken, dropped
+
+
+class _Host:
+    """The Ray actor: `cls(*args)` built in the worker, its methods called through `call`, which also returns what
+    the worker logged since the last call."""
+
+    def __init__(self, cls: type, args: tuple[Any, ...]):
+        self.logs = _LogBuffer()
+        logging.getLogger().addHandler(self.logs)
+        logging.captureWarnings(True)
+        self.where = f"{os.uname().nodename} pid {os.getpid()}"
+        self.obj = cls(*args)
+
+    def call(self, method: str, *args: Any) -> tuple[Any, str, tuple[list[tuple[int, str]], int]]:
+        return getattr(self.obj, method)(*args), self.where, self.logs.take()
+
+    def pid(self) -> int:
+        """The worker's process id (tests kill workers by it)."""
+        return os.getpid()
+
+
+def _relay(where: str, logs: tuple[list[tuple[int, str]], int]) -> None:
+    """Log a worker's records here, at their own levels."""
+    records, dropped = logs
+    for level, text in records:
+        logger.log(level, "[Ray worker on %s] %s", where, text)
+    if dropped:
+        logger.warning("[Ray worker on %s] %d more log records not shown", where, dropped)
+
+
 class ActorPool:
     """`workers` Ray actors of `cls(*args)`, running units with fault tolerance (see the module docstring)."""
 
@@ -88,7 +144,7 @@ class ActorPool:
         if not self.ray.is_initialized():
             connect()
         self._cls = cls
-        self._remote = self.ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(cls)
+        self._remote = self.ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(_Host)
         # No runtime_env: it would make Ray start a fresh process per worker (1.9x slower to start, measured);
         # Ray itself gives each worker OMP_NUM_THREADS = its CPUs, which torch and BLAS read when they load.
         self._options = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
@@ -101,7 +157,7 @@ class ActorPool:
 
     def _start(self, n: int, timeout: float | None = None) -> list[Any]:
         """`n` started workers; `TimeoutError` when they could not be placed within `timeout` seconds."""
-        actors = [self._remote.options(**self._options).remote(*self._args) for _ in range(n)]
+        actors = [self._remote.options(**self._options).remote(self._cls, self._args) for _ in range(n)]
         try:
             self.ray.get([a.__ray_ready__.remote() for a in actors], timeout=timeout)
         except self.ray.exceptions.GetTimeoutError as e:
@@ -124,7 +180,7 @@ class ActorPool:
             while pending or in_flight:
                 while pending and idle:
                     actor, i = idle.pop(), pending.popleft()
-                    in_flight[getattr(actor, method).remote(units[i])] = (i, actor)
+                    in_flight[actor.call.remote(method, units[i])] = (i, actor)
                 [ref], _ = ray.wait(list(in_flight), num_returns=1)
                 i, actor = in_flight.pop(ref)
                 try:
@@ -140,7 +196,9 @@ class ActorPool:
                 except ray.exceptions.RayTaskError as e:
                     raise DistributedError(f"unit {i} failed on a Ray worker: {_first_line(e)}") from e
                 idle.append(actor)
-                yield i, result
+                value, where, logs = result
+                _relay(where, logs)
+                yield i, value
         finally:
             for ref in in_flight:  # an abandoned run (error, interrupt) cancels what is still running
                 with contextlib.suppress(Exception):  # best effort: close() ends the workers anyway
@@ -165,7 +223,7 @@ class ActorPool:
             logger.warning("%s (a lost node?): going on with %d workers", e, len(self.actors))
             return None
         for method, args in self._broadcasts:  # the state the others were given
-            self.ray.get(getattr(fresh, method).remote(*args))
+            _relay(*self.ray.get(fresh.call.remote(method, *args))[1:])
         self.actors[self.actors.index(dead)] = fresh
         return fresh
 
@@ -173,13 +231,22 @@ class ActorPool:
         """`worker.method(*args)` on every worker, and on every worker started later to replace a dead one (e.g.
         a round's weights: put them in the object store once, `ray.put`, and pass the reference); the results."""
         self._broadcasts = [(m, a) for m, a in self._broadcasts if m != method] + [(method, args)]
-        return self.ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        return self.ask(method, *args)
+
+    def ask(self, method: str, *args: Any) -> list[Any]:
+        """`worker.method(*args)` on every worker alive now, once (not given to later workers); the results."""
+        out = []
+        for value, where, logs in self.ray.get([a.call.remote(method, *args) for a in self.actors]):
+            _relay(where, logs)
+            out.append(value)
+        return out
 
     def close(self, timeout: float = 30.0) -> None:
         """Let the workers close what they hold (their `close()`, when the class has one), then end them."""
         if hasattr(self._cls, "close"):
             try:
-                self.ray.get([a.close.remote() for a in self.actors], timeout=timeout)
+                for _, where, logs in self.ray.get([a.call.remote("close") for a in self.actors], timeout=timeout):
+                    _relay(where, logs)
             except self.ray.exceptions.RayError as e:  # a dead or stuck worker: it is killed below anyway
                 logger.warning("a Ray worker did not close cleanly: %s", _first_line(e))
         for a in self.actors:

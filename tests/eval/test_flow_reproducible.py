@@ -59,12 +59,14 @@ class Recorder:
         return action
 
 
-def episode_actions(folder, num_envs: int, seeds=SEEDS) -> dict[int, np.ndarray]:
+def episode_actions(folder, num_envs: int, seeds=SEEDS, positions=None) -> dict[int, np.ndarray]:
     policy = CheckpointPolicy(folder)
     recorder = Recorder(policy)
     envs = make_rollout_envs(TASK, num_envs, "sync", **policy.env_kwargs)
     try:
-        records = run_episodes(envs, recorder, seeds, on_episode_start=recorder.reset, progress=False)
+        records = run_episodes(
+            envs, recorder, seeds, on_episode_start=recorder.reset, progress=False, positions=positions
+        )
     finally:
         envs.close()
     assert [r.length for r in records] == [STEPS] * len(seeds)
@@ -156,6 +158,37 @@ def test_episode_actions_do_not_depend_on_num_envs(flow_checkpoint):
     # a seed's episode is its own whatever episode shares the batch: seed 302 alongside 301 instead of a spare
     shifted = episode_actions(flow_checkpoint, 2, seeds=[301, 302])
     np.testing.assert_allclose(shifted[302], two[302], atol=ROUNDING, rtol=0)
+
+
+def test_a_part_of_a_run_given_its_positions_acts_bit_for_bit_as_in_the_whole(flow_checkpoint):
+    seeds = [300, 301, 302, 303, 304]
+    whole = episode_actions(flow_checkpoint, 2, seeds)
+    for part in ([2, 3], [1, 4], [4]):  # a Ray unit, the rest a resumed run has left, a last episode
+        got = episode_actions(flow_checkpoint, 2, [seeds[k] for k in part], positions=part)
+        for k in part:
+            assert np.array_equal(got[seeds[k]], whole[seeds[k]]), f"seed {seeds[k]} at position {k}"
+    with pytest.raises(ValueError, match="distinct"):
+        episode_actions(flow_checkpoint, 2, [300, 301], positions=[1, 1])
+
+
+def test_a_rows_chunk_does_not_depend_on_the_other_rows():
+    """What exact distributed rollouts rest on: only a row's own content, its row and the batch size matter."""
+    torch.manual_seed(0)
+    policy = VLAPolicy(tiny_config(head="l1", hidden_dim=24)).eval()
+    rng = np.random.default_rng(0)
+    obs = {
+        "images": {"front": rng.integers(0, 255, (4, 16, 16, 3), dtype=np.uint8)},
+        "proprio": rng.standard_normal((4, 23)).astype(np.float32),
+        "instruction": ["press the button", "pick up the red cup", "open the drawer", "push the cube left"],
+    }
+    other = {
+        "images": {"front": np.concatenate([obs["images"]["front"][:1], obs["images"]["front"][:0:-1]])},
+        "proprio": np.concatenate([obs["proprio"][:1], 10 * obs["proprio"][1:]]),
+        "instruction": obs["instruction"][:1] + ["stack the blue block on the green block and then stop"] * 3,
+    }
+    with torch.inference_mode():
+        chunks = [policy.predict_action_chunk(policy.batch_from_obs(o)) for o in (obs, other)]
+    assert torch.equal(chunks[0][0], chunks[1][0])
 
 
 def test_different_seeds_draw_different_noise(flow_checkpoint):

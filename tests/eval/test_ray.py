@@ -1,16 +1,18 @@
 """The Ray backend on a local Ray cluster this module starts (2 CPUs, loopback only): the same records as the
-local backend, for the expert (any num_envs) and checkpoints (num_envs=1); a worker killed mid-run changes
-nothing; an interrupted `vlagym eval` resumes from its journal."""
+local backend with the same num_envs, for the expert and checkpoints; a worker killed mid-run changes nothing;
+an interrupted `vlagym eval` resumes from its journal."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from vlagym.distributed import DistributedError  # noqa: E402
+from vlagym.distributed import ActorPool, DistributedError  # noqa: E402
 from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy  # noqa: E402
 from vlagym.eval.configs import EvalConfig, EvalError  # noqa: E402
 from vlagym.eval.evaluate import evaluate  # noqa: E402
@@ -66,8 +68,9 @@ def test_a_checkpoint_gives_the_local_records_with_any_workers(tmp_path):
     folder = make_checkpoint(tmp_path / "ckpt", "flow")  # noise drawn per episode seed, on the workers too
     kwargs = {**CheckpointPolicy(folder).env_kwargs, "max_episode_steps": 12}
     seeds = list(range(300, 310))
-    want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=1)
-    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=1, unit_size=3)
+    # units of 3 on 2 sub-envs: a unit's episodes keep the sub-env (batch row) they have in the local run
+    want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=2)
+    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=2, unit_size=3)
     try:
         assert with_ray.run(TASK, kwargs, seeds) == want
     finally:
@@ -164,6 +167,36 @@ def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path):
         RayRollouts(broken, workers=1)
 
 
+def test_what_workers_log_reaches_the_driver(caplog):
+    class Chatty:  # defined here, so Ray ships the class itself to the workers
+        def __init__(self):
+            logging.getLogger("chatty").info("below WARNING")
+
+        def run(self, unit):
+            logging.getLogger("chatty").warning("unit %d", unit)
+            if unit == 0:
+                warnings.warn("a Python warning", UserWarning, stacklevel=1)
+            return 2 * unit
+
+        def flood(self, n):
+            for i in range(n):
+                logging.getLogger("chatty").error("line %d", i)
+
+    caplog.set_level(logging.INFO, logger="vlagym.distributed")
+    with ActorPool(Chatty, workers=1) as pool:
+        assert pool.map("run", [0, 1]) == [0, 2]
+        pool.ask("flood", 60)
+    lines = [r.getMessage() for r in caplog.records if r.name == "vlagym.distributed"]
+    assert any(line.endswith("] chatty: unit 0") and "Ray worker on" in line for line in lines)
+    assert any(line.endswith("] chatty: unit 1") for line in lines)
+    assert any("UserWarning: a Python warning" in line for line in lines)
+    assert not any("below WARNING" in line for line in lines)
+    assert sum("chatty: line" in line for line in lines) == 50
+    assert any(line.endswith("10 more log records not shown") for line in lines)
+    errors = [r for r in caplog.records if "chatty: line" in r.getMessage()]
+    assert all(r.levelno == logging.ERROR for r in errors)
+
+
 def test_backend_options_are_checked():
     with pytest.raises(EvalError, match="backend must be one of"):
         EvalConfig(policy="expert", tasks=[TASK], backend="dask")
@@ -222,7 +255,7 @@ def test_filtered_bc_rounds_collect_on_ray_as_they_do_locally(tmp_path):
     meta = json.loads((bc / "config.json").read_text())
     meta["extra"]["env_kwargs"]["max_episode_steps"] = 25  # short episodes: the test is about who runs them
     (bc / "config.json").write_text(json.dumps(meta))
-    common = dict(policy=str(bc), demos=[], episodes_per_round=6, group_size=2, n_envs=1, noise_std=0.3, device="cpu")
+    common = dict(policy=str(bc), demos=[], episodes_per_round=6, group_size=3, n_envs=2, noise_std=0.3, device="cpu")
     local = open_run(FilteredBCConfig(**common, out=str(tmp_path / "local")), tmp_path / "local")
     remote = open_run(FilteredBCConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2), tmp_path / "ray")
     try:
@@ -273,19 +306,19 @@ def test_distill_collections_on_ray_equal_the_local_ones(tmp_path):
     bc = make_bc_checkpoint(tmp_path / "bc")
     folder = train_residual(tiny_config(bc, tmp_path / "residual", total_timesteps=60))["checkpoint"]
     teacher = load_teacher(folder)
-    seeds = [7_000_000 + i for i in range(4)]
+    seeds = [7_000_000 + i for i in range(6)]
     cfg = DistillConfig(
-        teacher=folder, out=str(tmp_path / "d"), n_envs=1, vectorization="sync", backend="ray", workers=2
+        teacher=folder, out=str(tmp_path / "d"), n_envs=2, vectorization="sync", backend="ray", workers=2
     )
     remote = RayTeacher(dataclasses.replace(cfg, workers=2), teacher.description["base"])
     try:
-        envs = recording_envs(teacher, 1, "sync")
+        envs = recording_envs(teacher, 2, "sync")
         try:
             mine = collect_round(envs, teacher, seeds)
         finally:
             envs.close()
         assert remote.teach(seeds).records == mine.records
-        student, labelled = collect_labelled(CheckpointPolicy(bc), teacher, seeds, 1, "sync")
+        student, labelled = collect_labelled(CheckpointPolicy(bc), teacher, seeds, 2, "sync")
         their_student, their_labelled = remote.label(str(bc), seeds)
         assert their_student.records == student.records
         assert [e.actions.tobytes() for e in their_labelled] == [e.actions.tobytes() for e in labelled]

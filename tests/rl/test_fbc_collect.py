@@ -123,15 +123,14 @@ def test_each_try_of_a_seed_gets_noise_of_its_own(bc_checkpoint):
     policy = VLAPolicy.from_pretrained(bc_checkpoint)
     noisy = NoisyVLA(policy, 0.5)
 
-    def act(seeds):
-        noisy.reset(np.ones(2, bool), np.array(seeds))
+    def act(seeds, repeats=None):
+        noisy.reset(np.ones(2, bool), np.array(seeds), None if repeats is None else np.array(repeats))
         return noisy(batch)
 
     first = act([5, 6])  # try 0 of seeds 5 and 6
-    second = act([5, 5])  # tries 1 and 2 of seed 5
+    second = act([5, 5], [1, 2])  # tries 1 and 2 of seed 5
     assert not np.allclose(first[0], second[0]) and not np.allclose(second[0], second[1])
-    noisy.new_round()
-    np.testing.assert_array_equal(act([5, 6]), first)  # a new round starts again at try 0
+    np.testing.assert_array_equal(act([5, 6], [0, 0]), first)  # a try's noise is (seed, try)
 
 
 def test_held_noise_changes_every_hold_steps(bc_checkpoint):

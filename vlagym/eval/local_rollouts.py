@@ -36,6 +36,14 @@ class Job(NamedTuple):
     env_kwargs: dict[str, Any]
     seeds: Sequence[int]
     reset_options: dict[str, Any] | None = None
+    positions: Sequence[int] | None = None
+    """each seed's position in the whole run (None: 0, 1, ...): a part of a run keeps the sub-env, and so the
+    batch row, each episode had in the whole (`vlagym.eval.rollout.run_episodes`)"""
+
+    def part(self, keep: Sequence[int]) -> Job:
+        """The job of the seeds at indices `keep`, each keeping its position."""
+        positions = range(len(self.seeds)) if self.positions is None else self.positions
+        return self._replace(seeds=[int(self.seeds[k]) for k in keep], positions=[int(positions[k]) for k in keep])
 
 
 class Rollouts:
@@ -107,6 +115,7 @@ class LocalRollouts(Rollouts):
                     progress=self.progress,
                     reset_options=job.reset_options,
                     on_record=on_episode,
+                    positions=job.positions,
                 )  # fmt: skip
             )
         return out
@@ -144,7 +153,7 @@ class Journaled(Rollouts):
             if done[i]:
                 logger.info("%s: %d of %d episodes journaled, the rest run", job.task, len(done[i]), len(wanted))
         positions = [{int(s): k for k, s in enumerate(job.seeds)} for job in jobs]
-        left = [jobs[i]._replace(seeds=[int(s) for s in jobs[i].seeds if int(s) not in done[i]]) for i in todo]
+        left = [jobs[i].part([k for k, s in enumerate(jobs[i].seeds) if int(s) not in done[i]]) for i in todo]
 
         def record(t: int, k: int, r: EpisodeRecord) -> None:
             i = todo[t]

@@ -8,15 +8,12 @@ Each worker (`RolloutWorker`, a Ray actor) loads the policy once (a checkpoint's
 object store and are checked by SHA-256, `vlagym.distributed.ship_folder`) and keeps a rollout vector env of
 `num_envs` sub-envs per task and env settings. The driver cuts the seed list into units of consecutive seeds
 and gathers the records in seed order. An episode depends on its seed alone (the env's reset, the policy's
-noise: `episode_noise_generator`), so the records equal the local backend's whatever the number of workers:
-exactly for the scripted expert, and for a torch policy at `num_envs=1` (one row per forward pass, as locally).
-With more sub-envs per worker a torch policy's batched products can round a row differently when it sits at
-another position of the batch (measured: returns differing in the 9th digit, then episodes diverging where an
-outcome is marginal), and a worker's batches are not the local run's; the local backend has the same
-dependence on `num_envs` itself. So with `num_envs > 1` a checkpoint's records are reproducible run to run for
-the same workers' batches only: compare policies at `num_envs=1`, or both on the same backend and settings.
-A worker that dies has its unit rerun on
-a fresh one (`vlagym.distributed.ActorPool`).
+noise: `episode_noise_generator`) and on where it sits in the batch: each unit keeps its episodes' positions in
+the whole run, so a worker runs episode k on sub-env k % num_envs, as the local backend does
+(`vlagym.eval.rollout.run_episodes`). The records are the local backend's with the same `num_envs`, whatever the
+number of workers and the unit size, bit for bit. Across different `num_envs` a torch policy's batched
+products round differently, so compare policies at the same `num_envs`. A worker that dies has its unit rerun
+on a fresh one (`vlagym.distributed.ActorPool`).
 
 Per episode, only the unit's seeds go out and its records (a few hundred bytes each) come back.
 """
@@ -24,7 +21,6 @@ Per episode, only the unit's seeds go out and its records (a few hundred bytes e
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,10 +82,7 @@ class RolloutWorker:
         self.local = LocalRollouts(policy, num_envs, vectorization)
 
     def run(self, unit: Job) -> list[EpisodeRecord]:
-        return self.local.run(*unit)
-
-    def pid(self) -> int:
-        return os.getpid()
+        return self.local.run_many([unit])[0]
 
     def served_latencies(self) -> list[float]:
         """A served policy's request round trips (seconds) since the last call; [] for any other policy."""
@@ -137,10 +130,9 @@ class RayRollouts(Rollouts):
         where: list[tuple[int, int]] = []  # (job, offset of the unit's first seed)
         units: list[Job] = []
         for i, job in enumerate(jobs):
-            seeds = [int(s) for s in job.seeds]
-            for a in range(0, len(seeds), size):
+            for a in range(0, len(job.seeds), size):
                 where.append((i, a))
-                units.append(job._replace(seeds=tuple(seeds[a : a + size])))
+                units.append(job.part(range(a, min(a + size, len(job.seeds)))))
         records: list[list[EpisodeRecord | None]] = [[None] * len(job.seeds) for job in jobs]
         for u, unit_records in self.pool.run("run", units):
             i, a = where[u]
@@ -152,9 +144,7 @@ class RayRollouts(Rollouts):
 
     def served_latencies(self) -> list[float]:
         """The request round trips of a served policy's workers since the last call (the workers alive now)."""
-        import ray
-
-        return [t for part in ray.get([a.served_latencies.remote() for a in self.pool.actors]) for t in part]
+        return [t for part in self.pool.ask("served_latencies") for t in part]
 
     def close(self) -> None:
         self.pool.close()

@@ -1,8 +1,9 @@
 """`collect_round`: run a batched actor on vector envs whose sub-envs record their episodes (`RolloutRecorder`),
 and gather what the recorders hand over: every episode's record, the successful episodes, the replays.
 
-The actor is any batched policy with ``new_round()``, ``reset(mask, seeds)`` and ``__call__(obs)``: filtered BC's
-noisy VLA, the residual teacher. What a method keeps and how it trains on it is the method's own.
+The actor is any batched policy with ``new_round()``, ``reset(mask, seeds)`` (plus ``repeats=``, each row's try
+of its seed, when it takes it) and ``__call__(obs)``: filtered BC's noisy VLA, the residual teacher. What a
+method keeps and how it trains on it is the method's own.
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ def join_collections(parts: list[Collection]) -> Collection:
     return Collection(*([x for part in parts for x in getattr(part, f)] for f in Collection._fields))
 
 
-def collect_round(envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], progress: bool = False) -> Collection:
+def collect_round(
+    envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], progress: bool = False, first: int = 0
+) -> Collection:
     """Run one episode per entry of `seeds` (a seed may repeat: the tries of a group). The tries of one seed
-    come in an order of their content, so that the result does not depend on which sub-env finished first."""
+    come in an order of their content, so that the result does not depend on which sub-env finished first.
+    `first`: the position of `seeds[0]` in the whole round when these are a part of it (a Ray worker's unit), so
+    each episode runs on the sub-env it has in the whole (`vlagym.eval.rollout.run_episodes`)."""
     wanted = set(seeds)
     found: dict[str, dict[int, list[Any]]] = {RECORD_KEY: {}, FAILURE_KEY: {}, HINDSIGHT_KEY: {}, DELAY_KEY: {}}
 
@@ -62,8 +67,11 @@ def collect_round(envs: gym.vector.VectorEnv, actor: Actor, seeds: list[int], pr
                 if isinstance(item, (RolloutEpisode, Replay)) and item.seed in wanted:  # not a throw-away episode
                     into.setdefault(item.seed, []).append(item)
 
-    actor.new_round()  # count the tries of each seed afresh
-    records = run_episodes(envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step)
+    actor.new_round()  # e.g. DAgger's labels are per round
+    positions = range(first, first + len(seeds))
+    records = run_episodes(
+        envs, actor, seeds, on_episode_start=actor.reset, progress=progress, on_step=on_step, positions=positions
+    )
     episodes, failed = found[RECORD_KEY], found[FAILURE_KEY]
     replays, delays = found[HINDSIGHT_KEY], found[DELAY_KEY]
     for tries in (*episodes.values(), *failed.values()):

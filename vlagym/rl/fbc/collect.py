@@ -38,9 +38,10 @@ class NoisyVLA:
     draw is held for `hold` steps of its episode (steps 0..hold-1 share one draw, and so on).
 
     Row i's noise (and a flow head's sampling noise) comes from generators seeded by its episode's seed (see
-    `reset`), so an episode depends on its seed alone. The k-th episode of a seed since `new_round` (the tries
-    of a group, started in list order) gets the noise of (seed, k), so the tries of one state differ; try 0's
-    noise is the seed's alone, and its flow noise the one `vlagym eval` draws."""
+    `reset`), so an episode depends on its seed alone. Try k of a seed (`repeats`, which `run_episodes` gives:
+    k episodes of that seed come before it in the round) gets the noise of (seed, k), so the tries of one state
+    differ whichever sub-env or worker runs them; try 0's noise is the seed's alone, and its flow noise the one
+    `vlagym eval` draws."""
 
     def __init__(self, policy: VLAPolicy, noise_std: float, hold: int = 1):
         if int(hold) < 1:
@@ -51,13 +52,12 @@ class NoisyVLA:
         self._held: list[np.ndarray | None] = []  # each row's current draw (standard normal)
         self._age = np.zeros(0, np.int64)  # each row's steps since its episode started
         self._flow: list[torch.Generator | None] = []
-        self._tries: dict[int, int] = {}
 
     def new_round(self) -> None:
-        """Forget the tries counted so far: the next episode of every seed is its try 0."""
-        self._tries = {}
+        """Nothing to forget: each episode's try comes with it (the collection's actor protocol)."""
 
-    def reset(self, mask: np.ndarray, seeds: np.ndarray) -> None:
+    def reset(self, mask: np.ndarray, seeds: np.ndarray, repeats: np.ndarray | None = None) -> None:
+        """Start the episodes of the rows in `mask`: row i is try `repeats[i]` (None: 0) of seed `seeds[i]`."""
         mask = np.asarray(mask, bool)
         if len(self._noise) != len(mask):
             self._noise, self._flow, self._held = [None] * len(mask), [None] * len(mask), [None] * len(mask)
@@ -65,9 +65,7 @@ class NoisyVLA:
         self.policy.reset(mask=mask)
         self._age[mask] = 0
         for i in np.flatnonzero(mask):
-            seed = int(seeds[i])
-            k = self._tries.get(seed, 0)
-            self._tries[seed] = k + 1
+            seed, k = int(seeds[i]), 0 if repeats is None else int(repeats[i])
             key = [NOISE_STREAM, seed] if k == 0 else [NOISE_STREAM, seed, k]
             self._noise[i] = np.random.default_rng(key)
             if k == 0:

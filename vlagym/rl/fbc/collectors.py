@@ -4,9 +4,9 @@ Both run `collect_round` with the run's noisy actor on collection envs of `n_env
 (`CollectionWorker`) loads the BC checkpoint once (its files shipped through Ray's object store, SHA-256
 checked) and before each round receives the policy's current weights (put in the object store once per round,
 and given again to a worker that replaces a dead one). Units are whole groups of tries of consecutive states:
-the k-th try of a state gets the noise of (seed, k) on whichever worker runs it, so with `n_envs=1` the round
-is the local one's episode by episode (with more sub-envs, as in `vlagym eval`: up to the rounding of batched
-inference, `vlagym.eval.ray_rollouts`). Per episode the seed goes out and the recorded episode comes back
+the k-th try of a state gets the noise of (seed, k) on whichever worker runs it, and each episode the sub-env it
+has in the local run (`collect_round`'s `first`), so the round is the local one's episode by episode, bit for
+bit, whatever the number of workers. Per episode the seed goes out and the recorded episode comes back
 (images, proprio, actions: ~2.5 MB for 100 steps of two 64 px cameras).
 """
 
@@ -31,10 +31,10 @@ class LocalCollector:
         self.actor = actor
         self.envs = make_collection_envs(cfg, env_kwargs)
 
-    def collect(self, seeds: list[int]) -> tuple[Collection, float]:
-        """The round's collection and the seconds spent choosing actions."""
+    def collect(self, seeds: list[int], first: int = 0) -> tuple[Collection, float]:
+        """The round's collection (or a part's, from position `first`) and the seconds spent choosing actions."""
         before = self.actor.seconds
-        return collect_round(self.envs, self.actor, seeds), self.actor.seconds - before
+        return collect_round(self.envs, self.actor, seeds, first=first), self.actor.seconds - before
 
     def close(self) -> None:
         self.envs.close()
@@ -51,8 +51,9 @@ class CollectionWorker:
         self.policy.load_state_dict(state, strict=True)
         self.policy.eval()
 
-    def run(self, seeds: tuple[int, ...]) -> tuple[Collection, float]:
-        return self.local.collect(list(seeds))
+    def run(self, unit: tuple[int, tuple[int, ...]]) -> tuple[Collection, float]:
+        first, seeds = unit
+        return self.local.collect(list(seeds), first)
 
     def close(self) -> None:
         self.local.close()
@@ -76,7 +77,7 @@ class RayCollector:
         state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
         self.pool.broadcast("set_weights", ray.put(state))
         size = self.group * self.groups_per_unit  # whole groups: a state's tries stay on one worker, in order
-        units = [tuple(seeds[i : i + size]) for i in range(0, len(seeds), size)]
+        units = [(i, tuple(seeds[i : i + size])) for i in range(0, len(seeds), size)]
         parts = self.pool.map("run", units)
         return join_collections([c for c, _ in parts]), sum(seconds for _, seconds in parts)
 

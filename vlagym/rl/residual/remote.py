@@ -5,8 +5,8 @@ A worker (`TeacherWorker`, a Ray actor) loads the teacher once: its two files an
 through Ray's object store, SHA-256 checked (`vlagym.distributed.ship_folder`), and the base is given to
 `load_teacher` by its local path (the recorded one is the driver's). A DAgger round ships the student's
 checkpoint the same way. Units are runs of consecutive seeds; the collections come back whole and are joined in
-seed order, so the files written are the local run's (episode by episode at `n_envs=1`; with more sub-envs up
-to the rounding of batched inference, as in `vlagym.eval.ray_rollouts`).
+seed order; each episode runs on the sub-env it has in the local run (`collect_round`'s `first`), so the files
+written are the local run's, episode by episode, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -39,17 +39,18 @@ class TeacherWorker:
             self._envs[record_failures] = recording_envs(self.teacher, self.n_envs, self.vectorization, record_failures)
         return self._envs[record_failures]
 
-    def teach(self, seeds: tuple[int, ...]) -> Collection:
-        """The teacher's episodes on `seeds`."""
-        return collect_round(self._envs_for(False), self.teacher, list(seeds))
+    def teach(self, unit: tuple[int, tuple[int, ...]]) -> Collection:
+        """The teacher's episodes on the unit's seeds (its first one at position `unit[0]` of the whole)."""
+        first, seeds = unit
+        return collect_round(self._envs_for(False), self.teacher, list(seeds), first=first)
 
-    def label(self, unit: tuple[Any, tuple[int, ...]]) -> tuple[Collection, list[RolloutEpisode]]:
+    def label(self, unit: tuple[Any, tuple[int, tuple[int, ...]]]) -> tuple[Collection, list[RolloutEpisode]]:
         """The student's episodes on the unit's seeds, each step labelled with the teacher's action."""
-        student, seeds = unit
+        student, (first, seeds) = unit
         if self._student is None or self._student[0] != student.digest:
             self._student = (student.digest, DaggerActor(CheckpointPolicy(student.materialize()), self.teacher))
         actor = self._student[1]
-        collection = collect_round(self._envs_for(True), actor, list(seeds))
+        collection = collect_round(self._envs_for(True), actor, list(seeds), first=first)
         by_seed = {e.seed: e for e in (*collection.successes, *collection.failures)}
         missing = [r.seed for r in collection.records if r.seed not in by_seed]
         if missing:
@@ -75,8 +76,8 @@ class RayTeacher:
             TeacherWorker, (teacher, ship_folder(base, CHECKPOINT_FILES), cfg.n_envs, cfg.vectorization), cfg.workers
         )
 
-    def _units(self, seeds: list[int]) -> list[tuple[int, ...]]:
-        return [tuple(seeds[i : i + self.unit]) for i in range(0, len(seeds), self.unit)]
+    def _units(self, seeds: list[int]) -> list[tuple[int, tuple[int, ...]]]:
+        return [(i, tuple(seeds[i : i + self.unit])) for i in range(0, len(seeds), self.unit)]
 
     def teach(self, seeds: list[int]) -> Collection:
         return join_collections(self.pool.map("teach", self._units(seeds)))
