@@ -43,6 +43,25 @@ MAX_WORKER_FAILURES = 8
 REPLACE_TIMEOUT_S = 120.0
 
 
+#: The `backend` values of the commands that can run their episodes on Ray.
+BACKENDS = ("local", "ray")
+
+
+def backend_problem(backend: str, address: str | None, workers: Any, unit_size: Any, multiple_of: int = 1) -> str:
+    """What is wrong with a command's backend options ("" when nothing): the backend, Ray-only options given for
+    the local one, `workers` and `unit_size` (a multiple of `multiple_of`) positive integers."""
+    if backend not in BACKENDS:
+        return f"backend must be one of {list(BACKENDS)}, got {backend!r}"
+    if backend != "ray" and (address is not None or workers is not None or unit_size is not None):
+        return "address, workers and unit_size are for backend 'ray'"
+    for name, value in (("workers", workers), ("unit_size", unit_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"{name} must be a positive integer, got {value!r}"
+    if unit_size is not None and unit_size % multiple_of:
+        return f"unit_size must be a multiple of {multiple_of} (whole groups of tries), got {unit_size}"
+    return ""
+
+
 class DistributedError(Exception):
     """Ray is missing, the cluster cannot be reached, a worker cannot start, or too many workers died."""
 
@@ -325,9 +344,11 @@ def ship_folder(folder: str | os.PathLike, names: Sequence[str]) -> FolderShipme
 
 
 __all__ = [
+    "BACKENDS",
     "ActorPool",
     "DistributedError",
     "FolderShipment",
+    "backend_problem",
     "connect",
     "default_workers",
     "folder_digest",

@@ -20,7 +20,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from vlagym.distributed import ActorPool, DistributedError  # noqa: E402
+from vlagym.distributed import ActorPool, DistributedError, backend_problem  # noqa: E402
 from vlagym.eval.adapters import CheckpointPolicy, ExpertPolicy  # noqa: E402
 from vlagym.eval.configs import EvalConfig, EvalError  # noqa: E402
 from vlagym.eval.evaluate import evaluate  # noqa: E402
@@ -200,8 +200,14 @@ def test_what_workers_log_reaches_the_driver(caplog):
 def test_backend_options_are_checked():
     with pytest.raises(EvalError, match="backend must be one of"):
         EvalConfig(policy="expert", tasks=[TASK], backend="dask")
-    with pytest.raises(EvalError, match="address and workers are for backend 'ray'"):
+    with pytest.raises(EvalError, match="address, workers and unit_size are for backend 'ray'"):
         EvalConfig(policy="expert", tasks=[TASK], workers=2)
+    with pytest.raises(EvalError, match="unit_size must be a positive integer, got 0"):
+        EvalConfig(policy="expert", tasks=[TASK], backend="ray", unit_size=0)
+    # filtered BC's units are whole groups of tries (its config passes group_size)
+    assert backend_problem("ray", None, None, 4, multiple_of=3) == (
+        "unit_size must be a multiple of 3 (whole groups of tries), got 4"
+    )
 
 
 def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
@@ -217,14 +223,14 @@ def test_a_suite_on_ray_equals_the_local_bundle(tmp_path, monkeypatch):
     monkeypatch.setitem(suites.SUITES, "tiny-seq", protocol)
     common = dict(suite="tiny-seq", policy="expert", episodes=4, num_envs=2, language_controls=True, progress=False)
     local = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "local")))
-    remote = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2))
+    remote = run_suite(SuiteRunConfig(**common, out=str(tmp_path / "ray"), backend="ray", workers=2, unit_size=3))
     assert remote["results"] == {
         task: {split: {**cell, "seconds": None} for split, cell in splits.items()}
         for task, splits in local["results"].items()
     }
     assert "episodes" in remote["language_controls"][TASK]
     assert remote["language_controls"] == local["language_controls"]
-    assert remote["fingerprint"]["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 4}
+    assert remote["fingerprint"]["backend"] == {"name": "ray", "workers": 2, "num_envs": 2, "unit_size": 3}
     assert local["fingerprint"]["backend"] == {"name": "local", "num_envs": 2}
 
 
@@ -286,6 +292,7 @@ def test_bench_rollouts_section_runs_the_backends_side_by_side(tmp_path):
     assert [(r["obs"], r["backend"]) for r in table.rows] == [(o, c[0]) for o in ("state", "rgb") for c in CONFIGS]
     assert all(r["episodes_per_s"] > 0 and r["startup_s"] >= 0 for r in table.rows)
     assert [r["x_sync_1"] for r in table.rows if r["backend"] == "local sync x1"] == [1.0, 1.0]
+    assert any(note.startswith("the driver's ceiling: ") for note in table.notes)
 
 
 @pytest.mark.slow  # ~25-45 s: a residual teacher to train, and 16 episodes of 100 steps

@@ -25,9 +25,11 @@ def make_rollouts(
     served_mapping: dict[str, Any] | None = None,
     n_action_steps: int | None = None,
     temporal_ensemble: bool = False,
+    unit_size: int | None = None,
 ) -> Rollouts:
     """The rollouts of a backend: local ones act with `policy_object` (None: the expert); Ray workers rebuild the
-    policy from `policy` (the --policy string) and the chunk execution given."""
+    policy from `policy` (the --policy string) and the chunk execution given, and run units of `unit_size`
+    episodes (None: twice `num_envs`)."""
     if backend == "local":
         return LocalRollouts(policy_object, num_envs, vectorization, progress)
     from vlagym.distributed import DistributedError, connect
@@ -36,7 +38,7 @@ def make_rollouts(
     try:
         connect(address)
         source = PolicySource.from_policy(policy, served_mapping, n_action_steps, temporal_ensemble)
-        return RayRollouts(source, workers, num_envs, vectorization)
+        return RayRollouts(source, workers, num_envs, vectorization, unit_size)
     except DistributedError as e:
         raise EvalError(str(e)) from e
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import vlagym
 from vlagym.config import Config
+from vlagym.distributed import backend_problem
 from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.eval.layout import CHECKPOINT_FILES
 from vlagym.eval.stats import ALPHA, PairingError
@@ -83,19 +84,15 @@ def check_policy(policy: str) -> None:
         check_checkpoint_folder(policy)
 
 
-BACKENDS = ("local", "ray")
 #: EvalConfig fields that do not change an evaluation's episodes: a resumed run may differ in these.
-RUN_ONLY_FIELDS = ("out", "progress", "backend", "address", "workers", "resume", "videos")
+RUN_ONLY_FIELDS = ("out", "progress", "backend", "address", "workers", "unit_size", "resume", "videos")
 
 
 def check_backend(cfg: Any, error: type[ValueError]) -> None:
     """The backend options of an eval or suite config."""
-    if cfg.backend not in BACKENDS:
-        raise error(f"backend must be one of {list(BACKENDS)}, got {cfg.backend!r}")
-    if cfg.backend != "ray" and (cfg.address is not None or cfg.workers is not None):
-        raise error("address and workers are for backend 'ray'")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise error(f"workers must be at least 1, got {cfg.workers}")
+    problem = backend_problem(cfg.backend, cfg.address, cfg.workers, cfg.unit_size)
+    if problem:
+        raise error(problem)
 
 
 def _check_at_least_one(cfg: Any, names: tuple[str, ...], error: type[ValueError]) -> None:
@@ -150,6 +147,9 @@ class EvalConfig(Config):
     """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
     workers: int | None = None
     """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    unit_size: int | None = None
+    """Ray: episodes per work unit (unset: twice num_envs); the driver hands out a few hundred units a second,
+    so a large cluster wants larger units (docs/ray.md). The episodes do not depend on it"""
     resume: bool = False
     """continue an interrupted evaluation in `out` with the same settings: only the episodes it lacks run"""
 
@@ -234,6 +234,9 @@ class SuiteRunConfig(Config):
     """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
     workers: int | None = None
     """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    unit_size: int | None = None
+    """Ray: episodes per work unit (unset: twice num_envs); the driver hands out a few hundred units a second,
+    so a large cluster wants larger units (docs/ray.md). The episodes do not depend on it"""
     resume: bool = False
     """continue an interrupted run in `out` with the same settings: only the episodes it lacks run"""
 

@@ -186,7 +186,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     try:
         rollouts = make_rollouts(
             checkpoint, cfg.policy, cfg.backend, cfg.num_envs, cfg.vectorization, cfg.progress, cfg.address,
-            cfg.workers, cfg.served_mapping, cfg.n_action_steps, cfg.temporal_ensemble,
+            cfg.workers, cfg.served_mapping, cfg.n_action_steps, cfg.temporal_ensemble, cfg.unit_size,
         )  # fmt: skip
         return _evaluate(cfg, checkpoint, rollouts)
     finally:

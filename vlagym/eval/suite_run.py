@@ -307,7 +307,7 @@ def run_suite(cfg: SuiteRunConfig) -> dict[str, Any]:
     try:
         rollouts = make_rollouts(
             checkpoint, cfg.policy, cfg.backend, cfg.num_envs, cfg.vectorization, cfg.progress, cfg.address,
-            cfg.workers, cfg.served_mapping, protocol.n_action_steps,
+            cfg.workers, cfg.served_mapping, protocol.n_action_steps, unit_size=cfg.unit_size,
         )  # fmt: skip
         return _run_suite(cfg, protocol, checkpoint, rollouts)
     finally:

@@ -2,7 +2,8 @@
 scripted expert on the first task, state and rgb, run by the local backend (sync x1, async x2) and by 1 and 2
 Ray workers (one sub-env each) on a local Ray cluster of this machine's CPUs, side by side; the per-episode
 overhead of one Ray worker over local sync x1, and its workers' start-up time (once per run, not timed in the
-rates)."""
+rates); and the driver's ceiling: empty units handed out per second to one worker per CPU, which bounds the
+units/s a cluster can run (docs/ray.md: the unit size)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,24 @@ def episodes_per_s(task: str, backend: str, vectorization: str, num_envs: int, w
         return episodes / (time.perf_counter() - t)
     finally:
         rollouts.close()
+
+
+class EmptyUnits:
+    """A Ray worker whose units take no time: what is left is the driver's and Ray's cost per unit."""
+
+    def run(self, unit: Any) -> Any:
+        return unit
+
+
+def driver_units_per_s(workers: int, units: int = 1000) -> float:
+    """Empty units/s through an `ActorPool` of `workers` (after a warm-up of 100 units)."""
+    from vlagym.distributed import ActorPool
+
+    with ActorPool(EmptyUnits, workers=workers) as pool:
+        pool.map("run", list(range(100)))
+        t = time.perf_counter()
+        pool.map("run", list(range(units)))
+        return units / (time.perf_counter() - t)
 
 
 def bench_rollouts(cfg: BenchConfig, work: Work) -> Table:
@@ -84,6 +103,7 @@ def bench_rollouts(cfg: BenchConfig, work: Work) -> Table:
                 }
             )
     cpus = int(ray.cluster_resources().get("CPU", 0))
+    driver = [driver_units_per_s(max(1, cpus), 50 * n) for _ in range(cfg.repeats)]
     return Table(
         "rollouts",
         f"Rollout backends ({task}, scripted expert, episodes/s)",
@@ -100,6 +120,8 @@ def bench_rollouts(cfg: BenchConfig, work: Work) -> Table:
         [
             f"{os.cpu_count()} CPUs here, a Ray cluster of {cpus} CPUs; {n} episodes per measurement after a "
             f"warm-up; rgb at {cfg.image_size} px; start-up (workers loading vlagym) is not in the rates",
+            f"the driver's ceiling: {min(driver):.0f}-{max(driver):.0f} empty units/s to {max(1, cpus)} workers "
+            "(a unit is 2 episodes by default: a cluster running more units/s than this needs --unit-size)",
             passes_note(cfg.repeats),
         ],
     )

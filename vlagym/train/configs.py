@@ -16,6 +16,7 @@ from typing import Any
 import vlagym
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
+from vlagym.distributed import backend_problem
 from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.policies.config import VLAConfig
 from vlagym.train import layout
@@ -87,6 +88,9 @@ class DemoConfig(Config):
     """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
     workers: int | None = None
     """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    unit_size: int | None = None
+    """Ray: episodes per work unit (unset: twice num_envs); the driver hands out a few hundred units a second,
+    so a large cluster wants larger units (docs/ray.md). The episodes do not depend on it"""
 
     def __post_init__(self) -> None:
         self.task = self.task.removeprefix("vlagym:")
@@ -102,11 +106,9 @@ class DemoConfig(Config):
         _choice("vectorization", self.vectorization, VECTORIZATION_MODES)
         if self.resume and self.overwrite:
             raise DemoError("resume and overwrite exclude each other")
-        _choice("backend", self.backend, ("local", "ray"))
-        if self.backend != "ray" and (self.address is not None or self.workers is not None):
-            raise DemoError("address and workers are for backend 'ray'")
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise DemoError(f"workers must be a positive integer, got {self.workers!r}")
+        problem = backend_problem(self.backend, self.address, self.workers, self.unit_size)
+        if problem:
+            raise DemoError(problem)
         self._check_env_kwargs()
 
     def _check_numbers(self) -> None:

@@ -52,7 +52,7 @@ class DemoWorker:
     """A Ray actor running units (first, end) of `cfg`'s episodes."""
 
     def __init__(self, cfg: DemoConfig):
-        self.cfg = dataclasses.replace(cfg, backend="local", address=None, workers=None, progress=False)
+        self.cfg = dataclasses.replace(cfg, backend="local", address=None, workers=None, unit_size=None, progress=False)
         self._envs: dict[int, Any] = {}
 
     def run(self, unit: tuple[int, int]) -> UnitResult:
@@ -81,7 +81,7 @@ class RayDemoCollection:
 
     def run(self) -> None:
         connect(self.cfg.address)
-        size = 2 * self.cfg.num_envs
+        size = self.cfg.unit_size or 2 * self.cfg.num_envs
         units = [(a, min(a + size, self.cfg.episodes)) for a in range(self.first, self.cfg.episodes, size)]
         waiting: dict[int, UnitResult] = {}
         next_unit = 0

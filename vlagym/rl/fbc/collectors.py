@@ -66,8 +66,8 @@ class RayCollector:
         from vlagym.distributed import ActorPool, connect, ship_folder
 
         connect(cfg.address)
-        self.policy, self.group = policy, cfg.group_size
-        self.groups_per_unit = max(1, 2 * cfg.n_envs // cfg.group_size)
+        self.policy = policy
+        self.unit = cfg.unit_size or cfg.group_size * max(1, 2 * cfg.n_envs // cfg.group_size)
         shipment = ship_folder(cfg.policy, CHECKPOINT_FILES)
         self.pool = ActorPool(CollectionWorker, (cfg, env_kwargs, shipment), cfg.workers)
 
@@ -76,7 +76,7 @@ class RayCollector:
 
         state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
         self.pool.broadcast("set_weights", ray.put(state))
-        size = self.group * self.groups_per_unit  # whole groups: a state's tries stay on one worker, in order
+        size = self.unit  # whole groups: a state's tries stay on one worker
         units = [(i, tuple(seeds[i : i + size])) for i in range(0, len(seeds), size)]
         parts = self.pool.map("run", units)
         return join_collections([c for c, _ in parts]), sum(seconds for _, seconds in parts)

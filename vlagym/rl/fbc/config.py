@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
+from vlagym.distributed import backend_problem
 from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import AugmentConfig
 
@@ -108,6 +109,9 @@ class FilteredBCConfig(Config):
     """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
     workers: int | None = None
     """Ray workers of the collection (one CPU each); unset: one per CPU of the cluster"""
+    unit_size: int | None = None
+    """Ray: episodes per work unit, whole groups (unset: about twice n_envs); the driver hands out a few hundred
+    units a second, so a large cluster wants larger units (docs/ray.md). The episodes do not depend on it"""
     noise_std: float = 0.1
     """std of the Gaussian exploration noise on the executed arm actions, in normalised action units (never on
     the gripper); 0: none"""
@@ -280,10 +284,9 @@ class FilteredBCConfig(Config):
         for name in ("augment", "prefetch", "freeze_encoders", "hindsight", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.backend != "ray" and (self.address is not None or self.workers is not None):
-            raise ValueError("address and workers are for backend 'ray'")
-        if self.workers is not None:
-            check_int("workers", self.workers, 1)
+        problem = backend_problem(self.backend, self.address, self.workers, self.unit_size, self.group_size)
+        if problem:
+            raise ValueError(problem)
 
     def _resolve_demos(self, extra: dict[str, Any]) -> None:
         if self.demos is None:

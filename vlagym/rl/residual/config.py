@@ -11,6 +11,7 @@ from typing import Any
 
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
+from vlagym.distributed import backend_problem
 from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import DEVICES
 
@@ -205,6 +206,9 @@ class DistillConfig(Config):
     """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
     workers: int | None = None
     """Ray workers (one CPU each); unset: one per CPU of the cluster"""
+    unit_size: int | None = None
+    """Ray: episodes per work unit (unset: twice n_envs); the driver hands out a few hundred units a second,
+    so a large cluster wants larger units (docs/ray.md). The episodes do not depend on it"""
 
     def __post_init__(self) -> None:
         if not self.teacher:
@@ -232,12 +236,9 @@ class DistillConfig(Config):
         for name in ("resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.backend not in ("local", "ray"):
-            raise ValueError(f"backend must be one of ['local', 'ray'], got {self.backend!r}")
-        if self.backend != "ray" and (self.address is not None or self.workers is not None):
-            raise ValueError("address and workers are for backend 'ray'")
-        if self.workers is not None:
-            check_int("workers", self.workers, 1)
+        problem = backend_problem(self.backend, self.address, self.workers, self.unit_size)
+        if problem:
+            raise ValueError(problem)
         collect = (self.collect_seed, self.dagger_seed(self.dagger_rounds + 1))
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if collect[0] < evals[1] and evals[0] < collect[1]:

@@ -70,7 +70,7 @@ class RayTeacher:
         from vlagym.distributed import ActorPool, connect, ship_folder
 
         connect(cfg.address)
-        self.unit = 2 * cfg.n_envs
+        self.unit = cfg.unit_size or 2 * cfg.n_envs
         teacher = ship_folder(cfg.teacher, (TEACHER_NAME, ACTOR_NAME))
         self.pool = ActorPool(
             TeacherWorker, (teacher, ship_folder(base, CHECKPOINT_FILES), cfg.n_envs, cfg.vectorization), cfg.workers
