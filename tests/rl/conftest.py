@@ -44,8 +44,8 @@ def expert_collects(monkeypatch):
     real = collectors.collect_round
 
     def install(edit=None):
-        def collect(envs, actor, seeds):
-            collection = real(envs, ExpertActor(envs), seeds)
+        def collect(envs, actor, seeds, first=0):
+            collection = real(envs, ExpertActor(envs), seeds, first=first)
             return collection if edit is None else edit(collection, envs, actor, seeds)
 
         monkeypatch.setattr(collectors, "collect_round", collect)

@@ -137,7 +137,8 @@ class BenchConfig(Config):
     """env section: task ids (the other sections use the first); None: every single task, or only
     VLA-PickCup-v0 with `quick`"""
     quick: bool = False
-    """tiny budgets and a tiny VLA: checks that every section runs, its numbers mean little"""
+    """tiny budgets and a tiny VLA: checks that every section runs, its numbers mean little (the latency
+    section exports only the first head to ONNX: each export takes 15-30 s)"""
     out: str | None = "bench.json"
     """write the results here as JSON (None: do not write)"""
     threads: int = 1

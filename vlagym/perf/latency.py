@@ -42,13 +42,15 @@ def time_calls(call: Callable[[], Any], calls: int, warmup: int = 20, before: Ca
     return times
 
 
-def chunk_calls(base: Any, obs: dict[str, Any], cfg: BenchConfig) -> list[tuple[str, Callable[[], Any]]]:
-    """(label, call) of one chunk per call from `batch_from_obs(obs)`: by torch and, on the CPU where onnxruntime
-    is installed, by onnxruntime on the exported graph (exported here, into a temporary folder)."""
+def chunk_calls(
+    base: Any, obs: dict[str, Any], cfg: BenchConfig, onnx: bool = True
+) -> list[tuple[str, Callable[[], Any]]]:
+    """(label, call) of one chunk per call from `batch_from_obs(obs)`: by torch and, with `onnx` on the CPU where
+    onnxruntime is installed, by onnxruntime on the exported graph (exported here, into a temporary folder)."""
     calls: list[tuple[str, Callable[[], Any]]] = [
         ("chunk per call, torch", lambda: base.predict_action_chunk(base.batch_from_obs(obs)))
     ]
-    if cfg.device != "cpu":
+    if cfg.device != "cpu" or not onnx:
         return calls
     try:
         import onnxruntime  # noqa: F401
@@ -90,7 +92,7 @@ def bench_latency(cfg: BenchConfig, work: Work) -> Table:
     else:  # latency does not depend on the weights
         bases = [VLAPolicy(policy_config(cfg, head)).to(cfg.device).eval() for head in ("l1", "flow")]
     rows = []
-    for base in bases:
+    for i, base in enumerate(bases):
         c = base.config
         env = gym.make(cfg.task_list[0], obs_mode="rgb", image_size=c.image_size, cameras=list(c.cameras))
         try:
@@ -100,7 +102,7 @@ def bench_latency(cfg: BenchConfig, work: Work) -> Table:
         timed = [
             (label, lambda p=policy, o=obs: p.select_action(p.batch_from_obs(o)), policy.reset)
             for label, policy in acting_variants(base)
-        ] + [(label, call, lambda: None) for label, call in chunk_calls(base, obs, cfg)]
+        ] + [(label, call, lambda: None) for label, call in chunk_calls(base, obs, cfg, onnx=i == 0 or not cfg.quick)]
         for label, call, before in timed:
             logger.info("latency: %s, %s", c.head, label)
             ms = time_calls(call, cfg.budget.latency_calls, warmup=min(20, cfg.budget.latency_calls), before=before)
