@@ -52,7 +52,7 @@ CASES = [
     (["eval", "--suite", "no-such-suite", "--policy", "expert", "--out", "OUT"], "no-such-suite"),
     (
         ["eval", "--policy", "expert", "--tasks", "VLA-PickCup-v0", "--unit-size", "4", "--out", "OUT"],
-        "are for backend 'ray'",
+        "unit_size only with backend 'ray'",
     ),
     (
         [
@@ -70,7 +70,7 @@ CASES = [
         ],
         "positive integer",
     ),
-    (["demos", "--task", "VLA-PickCup-v0", "--workers", "2", "--out", "OUT/d.hdf5"], "are for backend 'ray'"),
+    (["demos", "--task", "VLA-PickCup-v0", "--workers", "2", "--out", "OUT/d.hdf5"], "only with backend 'ray'"),
     (["curve", "MISSING"], "MISSING"),
     (["curve", "MISSING", "--start", "x", "--no-start"], "not both"),
     (["report", "MISSING"], "MISSING"),

@@ -52,8 +52,9 @@ def backend_problem(backend: str, address: str | None, workers: Any, unit_size: 
     the local one, `workers` and `unit_size` (a multiple of `multiple_of`) positive integers."""
     if backend not in BACKENDS:
         return f"backend must be one of {list(BACKENDS)}, got {backend!r}"
-    if backend != "ray" and (address is not None or workers is not None or unit_size is not None):
-        return "address, workers and unit_size are for backend 'ray'"
+    given = [n for n, v in (("address", address), ("workers", workers), ("unit_size", unit_size)) if v is not None]
+    if backend != "ray" and given:
+        return f"{' and '.join(given)} only with backend 'ray'"
     for name, value in (("workers", workers), ("unit_size", unit_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return f"{name} must be a positive integer, got {value!r}"
@@ -254,8 +255,21 @@ class ActorPool:
 
     def ask(self, method: str, *args: Any) -> list[Any]:
         """`worker.method(*args)` on every worker alive now, once (not given to later workers); the results."""
+        return self.each(method, [args] * len(self.actors))
+
+    def each(self, method: str, args: Sequence[Sequence[Any]]) -> list[Any]:
+        """`worker_k.method(*args[k])` on the workers, at once; the results in worker order. For workers that
+        hold state no other can take over (envs mid-episode): one that dies is a `DistributedError` here."""
+        if len(args) != len(self.actors):
+            raise ValueError(f"got {len(args)} argument tuples for {len(self.actors)} workers")
+        try:
+            results = self.ray.get([a.call.remote(method, *x) for a, x in zip(self.actors, args, strict=True)])
+        except self.ray.exceptions.RayActorError as e:
+            raise DistributedError(f"a Ray worker died: {_first_line(e)}") from e
+        except self.ray.exceptions.RayTaskError as e:
+            raise DistributedError(f"{method} failed on a Ray worker: {_first_line(e)}") from e
         out = []
-        for value, where, logs in self.ray.get([a.call.remote(method, *args) for a in self.actors]):
+        for value, where, logs in results:
             _relay(where, logs)
             out.append(value)
         return out

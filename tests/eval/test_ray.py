@@ -15,6 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -200,7 +201,7 @@ def test_what_workers_log_reaches_the_driver(caplog):
 def test_backend_options_are_checked():
     with pytest.raises(EvalError, match="backend must be one of"):
         EvalConfig(policy="expert", tasks=[TASK], backend="dask")
-    with pytest.raises(EvalError, match="address, workers and unit_size are for backend 'ray'"):
+    with pytest.raises(EvalError, match="workers only with backend 'ray'"):
         EvalConfig(policy="expert", tasks=[TASK], workers=2)
     with pytest.raises(EvalError, match="unit_size must be a positive integer, got 0"):
         EvalConfig(policy="expert", tasks=[TASK], backend="ray", unit_size=0)
@@ -293,6 +294,45 @@ def test_bench_rollouts_section_runs_the_backends_side_by_side(tmp_path):
     assert all(r["episodes_per_s"] > 0 and r["startup_s"] >= 0 for r in table.rows)
     assert [r["x_sync_1"] for r in table.rows if r["backend"] == "local sync x1"] == [1.0, 1.0]
     assert any(note.startswith("the driver's ceiling: ") for note in table.notes)
+
+
+def test_residual_sub_envs_on_ray_step_as_local_ones_and_train(tmp_path):
+    """train-residual's sub-envs in slices on two Ray workers: the local sub-envs' steps (seeds, resets, rewards;
+    the base's actions up to batched rounding), a tiny run that trains and checkpoints, a dead worker a clear
+    error."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "rl"))
+    from rl_helpers import make_bc_checkpoint
+    from test_residual import tiny_config
+
+    from vlagym.rl.residual.loop import env_kwargs, train_residual
+    from vlagym.rl.residual.remote import RaySubEnvs
+    from vlagym.rl.residual.venv import LocalSubEnvs, ResidualVecEnv
+
+    bc = make_bc_checkpoint(tmp_path / "bc")
+    cfg = tiny_config(bc, tmp_path / "unused", env_kwargs={"max_episode_steps": 12})
+    kwargs = env_kwargs(cfg, CheckpointPolicy(bc))
+    here = ResidualVecEnv(LocalSubEnvs(make_rollout_envs(TASK, 2, "sync", **kwargs), CheckpointPolicy(bc), 0.1), seed=5)
+    there = ResidualVecEnv(RaySubEnvs(str(bc), TASK, kwargs, 0.1, 1, "sync", workers=2, address=None), seed=5)
+    try:
+        assert there.num_envs == 2 and there.observation_space == here.observation_space
+        np.testing.assert_allclose(there.reset(), here.reset(), atol=1e-5)
+        actions = np.random.default_rng(0).uniform(-1, 1, (30, 2, 6)).astype(np.float32)
+        for a in actions:
+            (f1, r1, d1, i1), (f2, r2, d2, i2) = here.step(a), there.step(a)
+            np.testing.assert_array_equal(d2, d1)
+            np.testing.assert_allclose(r2, r1, atol=1e-5)
+            np.testing.assert_allclose(f2, f1, atol=1e-4)
+            assert [i.get("TimeLimit.truncated") for i in i2] == [i.get("TimeLimit.truncated") for i in i1]
+        assert there.episodes.tolist() == here.episodes.tolist() and here.episodes.min() >= 3  # resets happened
+        os.kill(ray.get(there.sub.pool.actors[1].pid.remote()), signal.SIGKILL)
+        with pytest.raises(DistributedError, match="a Ray worker died"):
+            there.step(actions[0])
+    finally:
+        here.close()
+        there.close()
+    run = dataclasses.replace(cfg, out=str(tmp_path / "ray"), backend="ray", workers=2, n_envs=1, total_timesteps=60)
+    remote = train_residual(run)
+    assert remote["timesteps"] == 60 and Path(remote["checkpoint"], "actor.safetensors").is_file()
 
 
 @pytest.mark.slow  # ~25-45 s: a residual teacher to train, and 16 episodes of 100 steps

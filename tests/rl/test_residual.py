@@ -23,7 +23,7 @@ from vlagym.rl.residual import ResidualConfig
 from vlagym.rl.residual.agent import LayerNormCritic
 from vlagym.rl.residual.loop import env_kwargs, residual_probability, train_residual
 from vlagym.rl.residual.teacher import load_teacher
-from vlagym.rl.residual.venv import ResidualVecEnv, apply_residual
+from vlagym.rl.residual.venv import LocalSubEnvs, ResidualVecEnv, apply_residual
 
 TINY_RUN = dict(
     n_envs=2,
@@ -50,7 +50,7 @@ def make_venv(bc_checkpoint, n=2, seed=0, **kwargs) -> ResidualVecEnv:
     base = CheckpointPolicy(bc_checkpoint)
     cfg = tiny_config(bc_checkpoint, "unused")
     envs = make_rollout_envs(cfg.task, n, "sync", **env_kwargs(cfg, base))
-    return ResidualVecEnv(envs, base, alpha=0.1, seed=seed, **kwargs)
+    return ResidualVecEnv(LocalSubEnvs(envs, base, alpha=0.1), seed=seed, **kwargs)
 
 
 def test_apply_residual_is_bounded_and_leaves_the_gripper():
@@ -92,7 +92,7 @@ def test_venv_keys_episodes_by_seed_and_reports_truncation(bc_checkpoint):
     try:
         obs = venv.reset()
         assert obs.shape == (2, venv.observation_space.shape[0])
-        assert venv.next_seed == 9  # sub-envs 0 and 1 took seeds 7 and 8
+        assert list(venv.next_seeds()) == [9, 10]  # sub-envs 0 and 1 took seeds 7 and 8, each its own next
         done_infos = []
         for _ in range(120):  # past the 100-step time limit
             _, reward, done, infos = venv.step(np.ones((2, 6), np.float32))
@@ -102,7 +102,8 @@ def test_venv_keys_episodes_by_seed_and_reports_truncation(bc_checkpoint):
         for info in done_infos:
             assert info["terminal_observation"].shape == obs.shape[1:]
             assert not (info["TimeLimit.truncated"] and info["is_success"])  # a success ends the episode
-        assert venv.next_seed == 9 + len(done_infos)
+        assert venv.episodes.sum() == 2 + len(done_infos)
+        np.testing.assert_array_equal(venv.next_seeds(), 7 + np.arange(2) + 2 * venv.episodes)
     finally:
         venv.close()
 
@@ -114,9 +115,9 @@ def test_episodes_with_the_residual_off_execute_the_base(bc_checkpoint):
         venv.reset()
         assert not venv.residual_on.any()
         executed = []
-        original = venv.envs.step
-        venv.envs.step = lambda a: (executed.append(np.array(a)), original(a))[1]
-        base_action = venv._base_action.copy()
+        original = venv.sub.envs.step
+        venv.sub.envs.step = lambda a: (executed.append(np.array(a)), original(a))[1]
+        base_action = venv.sub.base_action.copy()
         venv.step(np.ones((2, 6), np.float32))
         np.testing.assert_array_equal(executed[0], base_action)
     finally:
@@ -183,7 +184,7 @@ def test_resume_continues_the_same_run(bc_checkpoint, tmp_path):
     resumed = train_residual(tiny_config(bc_checkpoint, tmp_path / "cut", resume=True))
     a = torch.load(Path(whole["checkpoint"]) / "training_state.pt", weights_only=True)
     b = torch.load(Path(resumed["checkpoint"]) / "training_state.pt", weights_only=True)
-    assert a["venv"]["next_seed"] == b["venv"]["next_seed"]
+    assert a["venv"]["episodes"] == b["venv"]["episodes"]
     for name, params in a["params"]["policy"].items():
         assert torch.equal(params, b["params"]["policy"][name]), name
     assert torch.equal(a["log_ent_coef"], b["log_ent_coef"])
@@ -243,7 +244,7 @@ def test_dense_reward_is_the_tasks_staged_reward_minus_one(bc_checkpoint):
     assert kwargs["reward_mode"] == "dense" and kwargs["obs_mode"] == "rgb+state"
     base = CheckpointPolicy(bc_checkpoint)
     envs = make_rollout_envs(cfg.task, 1, "sync", **kwargs)
-    venv = ResidualVecEnv(envs, base, alpha=0.1)
+    venv = ResidualVecEnv(LocalSubEnvs(envs, base, alpha=0.1))
     try:
         venv.reset()
         rewards = [venv.step(np.zeros((1, 6), np.float32))[1][0] for _ in range(5)]

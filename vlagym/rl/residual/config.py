@@ -38,7 +38,7 @@ class ResidualConfig(Config):
     """also stop once training has run this many minutes (evaluations excluded, resumed runs included); the
     final checkpoint and evaluation are still written. None: no time limit"""
     n_envs: int = 8
-    """parallel sub-envs; the base acts on all of them as one batch"""
+    """parallel sub-envs (per Ray worker with backend "ray"); the base acts on them as one batch"""
     vectorization: str = "pool"
     """"sync" or "pool" (`vlagym.envs.pool`: a worker per CPU stepping a slice of the sub-envs)"""
     alpha: float = 0.2
@@ -78,7 +78,8 @@ class ResidualConfig(Config):
     seed: int = 0
     """seeds the networks, the updates and the exploration"""
     collect_seed: int = 1_000_000
-    """training episode k runs from seed collect_seed + k (away from the demos' seeds and the evaluation's)"""
+    """sub-env i of n runs the seeds collect_seed + i, collect_seed + i + n, ..., one per training episode (away
+    from the demos' seeds and the evaluation's)"""
     eval_every: int = 20_000
     """evaluate the teacher (base + deterministic residual) every this many timesteps and at the end (0: only at
     the end)"""
@@ -98,6 +99,13 @@ class ResidualConfig(Config):
     """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
     progress: bool = True
     """show a progress bar"""
+    backend: str = "local"
+    """where the sub-envs step: "local" (n_envs here) or "ray" (n_envs on each Ray worker, with its own copy of
+    the base, all stepped at once each vector step; docs/ray.md). The updates and evaluations run here"""
+    address: str | None = None
+    """Ray cluster to join ("auto", "HOST:6379", "ray://HOST:10001"); unset: $RAY_ADDRESS, else a new local one"""
+    workers: int | None = None
+    """Ray workers (one CPU each); unset: one per CPU of the cluster"""
 
     def __post_init__(self) -> None:
         self.policy, _, self.task = read_base_checkpoint(
@@ -108,6 +116,9 @@ class ResidualConfig(Config):
         )
         if self.vectorization not in VECTORIZATION_MODES:
             raise ValueError(f"vectorization must be one of {list(VECTORIZATION_MODES)}, got {self.vectorization!r}")
+        problem = backend_problem(self.backend, self.address, self.workers, None)
+        if problem:
+            raise ValueError(problem)
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
         if self.reward not in REWARDS:

@@ -41,7 +41,7 @@ from vlagym.io import atomic_write_json, atomic_write_npz, atomic_write_text
 from vlagym.rl.residual.agent import ResidualSAC, ResidualSACPolicy
 from vlagym.rl.residual.config import ResidualConfig
 from vlagym.rl.residual.teacher import ResidualTeacher, base_sha256, save_teacher
-from vlagym.rl.residual.venv import ResidualVecEnv
+from vlagym.rl.residual.venv import LocalSubEnvs, ResidualVecEnv
 from vlagym.train.run import load_state, preserved_rng, resolve_device, rng_state, seed_everything, set_rng_state
 from vlagym.train.run_files import (
     CHECKPOINTS_DIR,
@@ -59,7 +59,7 @@ CONFIG_NAME = "residual_config.json"
 # What a resumed run may change: how long it runs, how it is evaluated and checkpointed, what it shows.
 MAY_CHANGE_ON_RESUME = (
     "total_timesteps", "max_minutes", "eval_every", "eval_episodes", "checkpoint_every", "device", "torch_threads",
-    "resume", "progress", "vectorization", "out",
+    "resume", "progress", "vectorization", "out", "address",
 )  # fmt: skip
 REPLAY_NAME = "replay.npz"
 REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
@@ -73,6 +73,8 @@ class Run:
     venv: ResidualVecEnv
     model: ResidualSAC
     description: dict[str, Any]
+    base: CheckpointPolicy
+    """the frozen base in this process (the local sub-envs' own; with Ray, the evaluations')"""
     train_s: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
 
@@ -90,8 +92,15 @@ def _build(cfg: ResidualConfig) -> Run:
     seed_everything(cfg.seed)
     base = CheckpointPolicy(cfg.policy)
     kwargs = env_kwargs(cfg, base)
-    envs = make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **kwargs)
-    venv = ResidualVecEnv(envs, base, cfg.alpha, cfg.residual_gripper, seed=cfg.collect_seed, exploration_seed=cfg.seed)
+    if cfg.backend == "ray":
+        from vlagym.rl.residual.remote import RaySubEnvs
+
+        sub: Any = RaySubEnvs(
+            cfg.policy, cfg.task, kwargs, cfg.alpha, cfg.n_envs, cfg.vectorization, cfg.workers, cfg.address
+        )
+    else:
+        sub = LocalSubEnvs(make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **kwargs), base, cfg.alpha)
+    venv = ResidualVecEnv(sub, cfg.residual_gripper, seed=cfg.collect_seed, exploration_seed=cfg.seed)
     model = ResidualSAC(
         ResidualSACPolicy,
         venv,
@@ -122,7 +131,7 @@ def _build(cfg: ResidualConfig) -> Run:
         "task": cfg.task,
         "env_kwargs": kwargs,
     }
-    return Run(cfg, venv, model, description)
+    return Run(cfg, venv, model, description, base)
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -194,7 +203,7 @@ def evaluate_teacher(run: Run, checkpoint: Path) -> dict[str, Any]:
     """The teacher (base + deterministic residual) on seeds eval_seed + i; a point of eval/curve.json."""
     cfg, step = run.cfg, int(run.model.num_timesteps)
     # The training's base, loaded once: the next segment starts by resetting every row of it anyway.
-    teacher = ResidualTeacher(run.venv.base, run.model.policy.actor, run.description)
+    teacher = ResidualTeacher(run.base, run.model.policy.actor, run.description)
     envs = make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **run.description["env_kwargs"])
     run.model.policy.set_training_mode(False)
     try:

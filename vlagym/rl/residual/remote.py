@@ -1,5 +1,6 @@
-"""`distill`'s rollouts on Ray workers (`vlagym distill --backend ray`): the teacher's episodes, and each DAgger
-round's student episodes labelled by the teacher.
+"""The residual method on Ray workers: `distill`'s rollouts (`vlagym distill --backend ray`: the teacher's
+episodes, and each DAgger round's student episodes labelled by the teacher), and `train-residual`'s sub-envs
+(`RaySubEnvs`, `vlagym train-residual --backend ray`).
 
 A worker (`TeacherWorker`, a Ray actor) loads the teacher once: its two files and its base checkpoint's arrive
 through Ray's object store, SHA-256 checked (`vlagym.distributed.ship_folder`), and the base is given to
@@ -12,15 +13,20 @@ written are the local run's, episode by episode, whatever the number of workers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from vlagym.eval.adapters import CheckpointPolicy
 from vlagym.eval.layout import CHECKPOINT_FILES
+from vlagym.eval.rollout import make_rollout_envs
 from vlagym.rl.collection.episodes import RolloutEpisode
 from vlagym.rl.collection.rollouts import Collection, collect_round, join_collections
 from vlagym.rl.residual.config import DistillConfig
 from vlagym.rl.residual.dagger import DaggerActor, recording_envs
 from vlagym.rl.residual.teacher import ACTOR_NAME, TEACHER_NAME, load_teacher
+from vlagym.rl.residual.venv import LocalSubEnvs, Stepped
 
 logger = logging.getLogger(__name__)
 
@@ -93,4 +99,61 @@ class RayTeacher:
         self.pool.close()
 
 
-__all__ = ["RayTeacher", "TeacherWorker"]
+# ---------------------------------------------------------------------------- train-residual's sub-envs
+class SubEnvWorker:
+    """A Ray actor: a slice of `train-residual`'s sub-envs and its own copy of the frozen base (`LocalSubEnvs`)."""
+
+    def __init__(self, base: Any, task: str, n_envs: int, vectorization: str, env_kwargs: dict[str, Any], alpha: float):
+        policy = CheckpointPolicy(base.materialize())
+        envs = make_rollout_envs(task, n_envs, vectorization, **env_kwargs)
+        self.local = LocalSubEnvs(envs, policy, alpha)
+
+    def dims(self) -> tuple[int, int]:
+        return self.local.feature_dim, self.local.action_dim
+
+    def reset(self, seeds: Sequence[int]) -> tuple[np.ndarray, float, float]:
+        return self.local.reset(seeds)
+
+    def step(self, args: tuple[np.ndarray, Sequence[int]]) -> Stepped:
+        return self.local.step(*args)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+class RaySubEnvs:
+    """`SubEnvs` in slices of `n_envs` on Ray workers, stepped at once each vector step: worker w holds sub-envs
+    w * n_envs .. (w + 1) * n_envs - 1, and its own copy of the base, which acts on its slice as one batch (so a
+    run's base actions round as those of a local run with `n_envs` sub-envs per batch would; a local run of all
+    the sub-envs batches them all). A worker that dies stops the run: the sub-envs' episodes die with it, and
+    `--resume` continues from the last checkpoint."""
+
+    def __init__(self, policy: str, task: str, env_kwargs: dict[str, Any], alpha: float, n_envs: int,
+                 vectorization: str, workers: int | None, address: str | None):  # fmt: skip
+        from vlagym.distributed import ActorPool, connect, ship_folder
+
+        connect(address)
+        base = ship_folder(policy, CHECKPOINT_FILES)
+        self.pool = ActorPool(SubEnvWorker, (base, task, n_envs, vectorization, env_kwargs, alpha), workers)
+        self.n = n_envs
+        self.num_envs = n_envs * len(self.pool.actors)
+        self.feature_dim, self.action_dim = self.pool.ask("dims")[0]
+
+    def _slices(self, rows: Any) -> list[Any]:
+        return [rows[w * self.n : (w + 1) * self.n] for w in range(len(self.pool.actors))]
+
+    def reset(self, seeds: Sequence[int]) -> tuple[np.ndarray, float, float]:
+        parts = self.pool.each("reset", [(s,) for s in self._slices(list(seeds))])
+        return np.concatenate([p[0] for p in parts]), max(p[1] for p in parts), max(p[2] for p in parts)
+
+    def step(self, residual: np.ndarray, next_seeds: Sequence[int]) -> Stepped:
+        args = list(zip(self._slices(residual), self._slices(list(next_seeds)), strict=True))
+        parts = self.pool.each("step", [(a,) for a in args])
+        arrays = [np.concatenate([getattr(p, f) for p in parts]) for f in Stepped._fields[:6]]
+        return Stepped(*arrays, max(p.env_s for p in parts), max(p.base_s for p in parts))
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+__all__ = ["RaySubEnvs", "RayTeacher", "SubEnvWorker", "TeacherWorker"]
