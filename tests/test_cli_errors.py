@@ -52,7 +52,7 @@ CASES = [
     (["eval", "--suite", "no-such-suite", "--policy", "expert", "--out", "OUT"], "no-such-suite"),
     (
         ["eval", "--policy", "expert", "--tasks", "VLA-PickCup-v0", "--unit-size", "4", "--out", "OUT"],
-        "unit_size only with backend 'ray'",
+        "--unit-size only with backend 'ray'",
     ),
     (
         [
