@@ -271,15 +271,12 @@ def _resume(run: _Run) -> int:
 
 
 def _model(run: _Run, device: torch.device) -> torch.nn.Module:
-    """The module the steps call: the policy, wrapped in DDP over several ranks, compiled when asked."""
-    model: torch.nn.Module = run.policy
+    """The module the steps call: the policy, wrapped in DDP over several ranks."""
     if run.world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
+        return torch.nn.parallel.DistributedDataParallel(
             run.policy, device_ids=[device.index] if device.type == "cuda" else None
         )
-    if run.cfg.compile:
-        model = torch.compile(model)
-    return model
+    return run.policy
 
 
 def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autocast: torch.autocast) -> _Step:

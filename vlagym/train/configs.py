@@ -254,8 +254,6 @@ class BCConfig(Config):
     """bf16 autocast of the forward pass (CUDA only; ignored on the CPU)"""
     tf32: bool = False
     """allow TF32 matmuls and convolutions on CUDA (faster, less precise)"""
-    compile: bool = False
-    """`torch.compile` the model"""
     resume: bool = False
     """continue from OUT/checkpoints/last.json when it exists (otherwise start afresh)"""
     progress: bool = True
@@ -287,7 +285,7 @@ class BCConfig(Config):
         self._check_numbers()
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
-        for name in ("augment", "bf16", "tf32", "compile", "resume", "progress"):
+        for name in ("augment", "bf16", "tf32", "resume", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
