@@ -10,8 +10,8 @@ Each worker is a Ray actor holding an instance of a plain class (importable on e
 there). The pool hands out one unit at a time to each idle worker, so fast workers take more. What a worker
 logs at WARNING or above (Python warnings included) comes back with each call and is logged by the driver's
 `vlagym.distributed` logger, naming the worker's node and process; Ray's own streaming of worker output stays
-off. Ray sets each worker's
-`OMP_NUM_THREADS` to its CPUs (`cpus_per_worker`); vlagym's import selects headless rendering there too. A
+off. Ray sets each worker's `OMP_NUM_THREADS` to its CPUs (`cpus_per_worker`), and a worker's pool vector envs
+(`vlagym.envs.pool`) use as many processes at most; vlagym's import selects headless rendering there too. A
 worker whose process or node dies (`RayActorError`) has its unit given to another worker and is replaced by a
 fresh actor; a unit whose code raises stops the run with that error (a bug is not retried). Units must be
 deterministic functions of their content, so a rerun unit gives what the lost one would have.
@@ -125,6 +125,13 @@ class _Host:
     the worker logged since the last call."""
 
     def __init__(self, cls: type, args: tuple[Any, ...]):
+        import ray
+
+        from vlagym.envs.pool import CPUS_ENV
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        if cpus:  # a pool vector env in this worker uses its share, not every CPU of the node
+            os.environ[CPUS_ENV] = str(max(1, int(cpus)))
         self.logs = _LogBuffer()
         logging.getLogger().addHandler(self.logs)
         logging.captureWarnings(True)

@@ -168,7 +168,7 @@ def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path):
         RayRollouts(broken, workers=1)
 
 
-def test_what_workers_log_reaches_the_driver(caplog):
+def test_what_workers_log_reaches_the_driver_and_their_pools_keep_to_their_cpus(caplog):
     class Chatty:  # defined here, so Ray ships the class itself to the workers
         def __init__(self):
             logging.getLogger("chatty").info("below WARNING")
@@ -183,10 +183,16 @@ def test_what_workers_log_reaches_the_driver(caplog):
             for i in range(n):
                 logging.getLogger("chatty").error("line %d", i)
 
+        def cpus(self):
+            from vlagym.envs.pool import usable_cpus
+
+            return usable_cpus()
+
     caplog.set_level(logging.INFO, logger="vlagym.distributed")
     with ActorPool(Chatty, workers=1) as pool:
         assert pool.map("run", [0, 1]) == [0, 2]
         pool.ask("flood", 60)
+        assert pool.ask("cpus") == [1]  # its one CPU, not the cluster's two: a pool vector env forks no more
     lines = [r.getMessage() for r in caplog.records if r.name == "vlagym.distributed"]
     assert any(line.endswith("] chatty: unit 0") and "Ray worker on" in line for line in lines)
     assert any(line.endswith("] chatty: unit 1") for line in lines)

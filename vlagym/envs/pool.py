@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing as mp
+import os
 import pickle
 import signal
 import time
@@ -181,6 +182,16 @@ def _merge_infos(parts: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any
     return merged
 
 
+#: Set by a process that may use only some of the machine's CPUs (a Ray worker: `vlagym.distributed`).
+CPUS_ENV = "VLAGYM_CPUS"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: $VLAGYM_CPUS when set (a Ray worker's share), else the machine's."""
+    share = os.environ.get(CPUS_ENV, "")
+    return max(1, int(share)) if share.isdigit() else (mp.cpu_count() or 1)
+
+
 class PoolVectorEnv(VectorEnv):
     """A Gymnasium `VectorEnv` over `env_fns`, stepped by `num_workers` processes (contiguous slices).
 
@@ -206,7 +217,7 @@ class PoolVectorEnv(VectorEnv):
         if not env_fns:
             raise ValueError("PoolVectorEnv needs at least one env function")
         n = len(env_fns)
-        workers = min(n, num_workers if num_workers is not None else (mp.cpu_count() or 1))
+        workers = min(n, num_workers if num_workers is not None else usable_cpus())
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -472,7 +483,7 @@ def make_vec(
             **env_kwargs,
         )
     pool = {k: v for k, v in options.items() if k in POOL_OPTIONS}
-    pool.setdefault("num_workers", mp.cpu_count())
+    pool.setdefault("num_workers", usable_cpus())
     pool.setdefault("main_steps", True)
     make = functools.partial(_make_wrapped, env_id, tuple(wrappers), env_kwargs)
     return PoolVectorEnv([make] * num_envs, **pool)

@@ -13,8 +13,8 @@ by default k), at a fixed row of a batch of `num_envs` rows: a torch policy's ba
 differently with its row and the batch size, but not with what the other rows hold, so an episode depends on its
 seed, its position and `num_envs` alone. A part of a run (a Ray worker's unit, the episodes a resumed run has
 left) given its positions acts as it did in the whole run. A sub-env that finished its share first runs
-throw-away episodes meanwhile: 2-7% more env steps than handing the next seed to whichever sub-env is free
-(simulated for 8 sub-envs and 50-200 episodes of mixed lengths), for records that do not depend on who ran them.
+throw-away episodes meanwhile: 1.6-11% more vector steps than handing the next seed to whichever sub-env is
+free (simulated, docs/ray.md), for records that do not depend on who ran them.
 
 While the sub-envs step in other processes (the pool's workers, Gymnasium's async workers), a torch policy
 acts on one intra-op thread: a second thread spins on after each call, on the core a worker needs (an 8-env
