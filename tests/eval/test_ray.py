@@ -78,6 +78,29 @@ def test_a_checkpoint_gives_the_local_records_with_any_workers(tmp_path):
         with_ray.close()
 
 
+def test_a_default_size_policy_gives_the_local_records_whatever_the_threads(tmp_path):
+    """The default VLA's chunks at batch 1 differ in the last bits between one and two torch threads: a Ray worker
+    (one CPU) and a local run on two threads act alike because acting always uses one thread."""
+    from vlagym.policies import VLAConfig, VLAPolicy, save_checkpoint
+
+    torch.manual_seed(0)
+    folder = tmp_path / "ckpt"
+    save_checkpoint(VLAPolicy(VLAConfig(head="flow")), folder, extra={"env_id": TASK})
+    kwargs = {**CheckpointPolicy(folder).env_kwargs, "max_episode_steps": 20}
+    seeds = [400, 401, 402]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=1)
+    finally:
+        torch.set_num_threads(threads)
+    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=1, unit_size=1)
+    try:
+        assert with_ray.run(TASK, kwargs, seeds) == want
+    finally:
+        with_ray.close()
+
+
 def test_a_served_policy_on_ray_workers_gives_the_local_episodes_and_their_latency(tmp_path):
     from vlagym.eval.server import PolicyServer
 

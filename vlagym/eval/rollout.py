@@ -16,9 +16,12 @@ left) given its positions acts as it did in the whole run. A sub-env that finish
 throw-away episodes meanwhile: 1.6-11% more vector steps than handing the next seed to whichever sub-env is
 free (simulated, docs/ray.md), for records that do not depend on who ran them.
 
-While the sub-envs step in other processes (the pool's workers, Gymnasium's async workers), a torch policy
-acts on one intra-op thread: a second thread spins on after each call, on the core a worker needs (an 8-env
-PickCup evaluation measured 1.3x faster for it; the actions are the same).
+A torch policy acts on one intra-op thread, in every vectorization mode. At batch size 1 the default VLA's
+chunks differ in the last bits between one and two threads (measured; from batch 2 on they agree), so a fixed
+count makes an episode the same on a 2-core laptop, a Ray worker (one CPU) and a pool. It costs nothing
+measurable in a sync env (default VLA at 64 px, 1 and 8 sub-envs: within 2%), and where the sub-envs step in
+worker processes (pool, async) a second thread would spin after each call on the core a worker needs (an
+8-env PickCup evaluation measured 1.3x faster with one).
 
 Besides success, every record carries a few flags accumulated from the task
 predicates the env reports in `info` each step (grasped, a wrong object
@@ -43,7 +46,7 @@ from gymnasium.vector import AutoresetMode
 from tqdm.auto import tqdm
 
 import vlagym
-from vlagym.envs.pool import PoolVectorEnv, make_vec
+from vlagym.envs.pool import make_vec
 from vlagym.eval.diagnostics import GRASP_KEYS, REACH_KEY, WRONG_KEYS, classify
 
 logger = logging.getLogger(__name__)
@@ -304,7 +307,7 @@ def run_episodes(
     running.start(mask, info)
     started(mask)
     bar = tqdm(total=len(seeds), desc="episodes", unit="ep", disable=not progress)
-    with bar, _one_torch_thread(_steps_elsewhere(envs)):
+    with bar, _one_torch_thread():
         while any(r is None for r in records):
             obs, reward, terminated, truncated, info = envs.step(policy(obs))
             if on_step is not None:
@@ -324,14 +327,9 @@ def run_episodes(
     return records  # type: ignore[return-value]
 
 
-def _steps_elsewhere(envs: gym.vector.VectorEnv) -> bool:
-    """Whether the sub-envs step in worker processes."""
-    return isinstance(envs.unwrapped, PoolVectorEnv | gym.vector.AsyncVectorEnv)
-
-
-def _one_torch_thread(wanted: bool) -> contextlib.AbstractContextManager:
-    """torch (if a policy loaded it) on one intra-op thread for the block when `wanted`; restored after."""
-    if not wanted or "torch" not in sys.modules:
+def _one_torch_thread() -> contextlib.AbstractContextManager:
+    """torch (if a policy loaded it) on one intra-op thread for the block; restored after."""
+    if "torch" not in sys.modules:
         return contextlib.nullcontext()
     from vlagym.train.run import torch_threads  # torch is loaded already (a policy uses it)
 
