@@ -104,6 +104,11 @@ def test_venv_keys_episodes_by_seed_and_reports_truncation(bc_checkpoint):
             assert not (info["TimeLimit.truncated"] and info["is_success"])  # a success ends the episode
         assert venv.episodes.sum() == 2 + len(done_infos)
         np.testing.assert_array_equal(venv.next_seeds(), 7 + np.arange(2) + 2 * venv.episodes)
+        old = {"next_seed": 9, "rng": venv.rng.bit_generator.state, "env_s": 0.0, "base_s": 0.0}
+        with pytest.raises(ValueError, match="written by an older vlagym"):  # seeds counted over all sub-envs
+            venv.load_state_dict(old)
+        with pytest.raises(ValueError, match="the checkpoint ran 3 sub-envs, this run has 2"):
+            venv.load_state_dict({**venv.state_dict(), "episodes": [1, 1, 1]})
     finally:
         venv.close()
 

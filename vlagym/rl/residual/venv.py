@@ -199,6 +199,9 @@ class ResidualVecEnv(VecEnv):
         return {"episodes": self.episodes.tolist(), "rng": rng, "env_s": self.env_s, "base_s": self.base_s}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "episodes" not in state:  # `next_seed`: an episode's seed was counted over all sub-envs then
+            raise ValueError("the checkpoint was written by an older vlagym, which seeded episodes differently: "
+                             "start a new run")  # fmt: skip
         if len(state["episodes"]) != self.num_envs:
             raise ValueError(f"the checkpoint ran {len(state['episodes'])} sub-envs, this run has {self.num_envs}")
         self.episodes = np.asarray(state["episodes"], np.int64)
