@@ -51,6 +51,15 @@ def local_records(policy, env_kwargs, seeds, num_envs, task=TASK):
         envs.close()
 
 
+def ray_records(folder, env_kwargs, seeds, **options):
+    """The records of a checkpoint's episodes on two Ray workers (`RayRollouts` options: num_envs, unit_size)."""
+    rollouts = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, **options)
+    try:
+        return rollouts.run(TASK, env_kwargs, seeds)
+    finally:
+        rollouts.close()
+
+
 def episodes(results):
     return {task: r["episodes"] for task, r in results["tasks"].items()}
 
@@ -71,11 +80,7 @@ def test_a_checkpoint_gives_the_local_records_with_any_workers(tmp_path):
     seeds = list(range(300, 310))
     # units of 3 on 2 sub-envs: a unit's episodes keep the sub-env (batch row) they have in the local run
     want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=2)
-    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=2, unit_size=3)
-    try:
-        assert with_ray.run(TASK, kwargs, seeds) == want
-    finally:
-        with_ray.close()
+    assert ray_records(folder, kwargs, seeds, num_envs=2, unit_size=3) == want
 
 
 def test_a_default_size_policy_gives_the_local_records_whatever_the_threads(tmp_path):
@@ -94,11 +99,7 @@ def test_a_default_size_policy_gives_the_local_records_whatever_the_threads(tmp_
         want = local_records(CheckpointPolicy(folder), kwargs, seeds, num_envs=1)
     finally:
         torch.set_num_threads(threads)
-    with_ray = RayRollouts(PolicySource.from_policy(str(folder)), workers=2, num_envs=1, unit_size=1)
-    try:
-        assert with_ray.run(TASK, kwargs, seeds) == want
-    finally:
-        with_ray.close()
+    assert ray_records(folder, kwargs, seeds, num_envs=1, unit_size=1) == want
 
 
 def test_a_served_policy_on_ray_workers_gives_the_local_episodes_and_their_latency(tmp_path):

@@ -101,7 +101,7 @@ def make_rollout_envs(
     return envs
 
 
-def takes_seeds(callback: Callable[..., object], keyword: str = "seeds") -> bool:
+def accepts(callback: Callable[..., object], keyword: str) -> bool:
     """Whether `callback` accepts `keyword` (an `on_episode_start` that wants the episodes' seeds, or repeats)."""
     try:
         params = inspect.signature(callback).parameters.values()
@@ -244,9 +244,9 @@ def _episode_start_callback(
     """`on_episode_start` called as `run_episodes` promises: with `seeds=` when it takes them."""
     if on_episode_start is None:
         return lambda mask: None
-    if takes_seeds(on_episode_start, "repeats"):
+    if accepts(on_episode_start, "repeats"):
         return lambda mask: on_episode_start(mask, seeds=slots.seed.copy(), repeats=slots.repeat.copy())
-    if takes_seeds(on_episode_start):
+    if accepts(on_episode_start, "seeds"):
         return lambda mask: on_episode_start(mask, seeds=slots.seed.copy())
     return on_episode_start
 
