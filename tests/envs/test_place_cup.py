@@ -3,12 +3,15 @@ what counts as placed, and the expert."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import mujoco
 import numpy as np
 import pytest
 from expert_runs import names, run_expert
 
 import vlagym
+from vlagym.envs.expert import DOWN, PickPlaceExpert
 from vlagym.envs.objects import COLORS
 from vlagym.envs.place_cup import (
     CUP_REGION,
@@ -229,3 +232,37 @@ def test_carrying_another_cup_to_the_goal_is_not_success(env_id, make_env, monke
         infos.append(info)
     assert info["other_on_goal"], "the other cup did not end on the goal"
     assert not any(i["success"] for i in infos)
+
+
+def _lowering_expert(goal_extra: dict, off_centre: float) -> PickPlaceExpert:
+    """A PickPlaceExpert lowering a held cup: the grasp site at release height, `off_centre` m beside the goal."""
+    goal = np.array([0.0, 0.1, FIXTURE_TOP])
+    grip = np.array([0.0, 0.0, 0.04])  # grasp site above the held cup's bottom
+    ee = goal + grip + (off_centre, 0.0, PickPlaceExpert.release_clearance)
+    robot = SimpleNamespace(
+        control_mode="ee_delta_pose", ee_pos=ee, ee_mat=DOWN, max_translation=0.02, max_rotation=0.1
+    )
+    env = SimpleNamespace(robot=robot)
+    env.unwrapped = env
+    env.expert_target = lambda: {"pos": ee - grip, "yaw": 0.0, "yaw_period": None, "height": 0.08}
+    env.expert_goal = lambda: {"pos": goal, **goal_extra}
+    expert = PickPlaceExpert(env)
+    expert.phase, expert.yaw = "lower", 0.0
+    return expert
+
+
+def test_expert_lets_go_within_the_goals_tolerance():
+    # 2 cm beside the centre: inside a 2.25 cm tolerance the gripper opens; the default 1 cm keeps it shut and
+    # moves on toward the centre.
+    loose = _lowering_expert({"tolerance": 0.0225}, off_centre=0.02)
+    assert loose.act()[-1] == -1.0 and loose.phase == "release"
+    strict = _lowering_expert({}, off_centre=0.02)
+    action = strict.act()
+    assert action[-1] == 1.0 and strict.phase == "lower" and action[0] < 0
+    assert _lowering_expert({}, off_centre=0.005).act()[-1] == -1.0
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_goal_tolerance_is_half_the_success_radius(env_id, make_env):
+    base = make_env(env_id).unwrapped
+    assert base.expert_goal()["tolerance"] == pytest.approx(TASKS[env_id].goal_radius / 2)
