@@ -10,9 +10,12 @@ import numpy as np
 from vlagym.envs.cabinet import FLOOR_Z, INNER_DEPTH, INNER_HALF_W, CabinetEnv, unit
 from vlagym.envs.drawer import OPEN_SUCCESS, OpenDrawerExpert
 from vlagym.envs.expert import PickPlaceExpert, site_yaw
-from vlagym.envs.objects import FreeObject
+from vlagym.envs.objects import CUP_RADIUS, FreeObject
 
 UPRIGHT_COS = np.cos(np.deg2rad(20))
+MIN_GOAL_DEPTH = 0.11  # the goal is the middle of at least this much of the drawer's interior
+# The expert lets go this close to the goal: half the room a centred cup has in the tighter direction.
+RELEASE_TOLERANCE = 0.5 * (min(INNER_HALF_W, 0.5 * MIN_GOAL_DEPTH) - CUP_RADIUS)
 
 
 class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
@@ -113,7 +116,7 @@ class PutCupInDrawerEnv(CabinetEnv):
 
     def goal_position(self) -> np.ndarray:
         """The middle of the drawer's exposed interior, on its floor."""
-        depth = min(max(self.opening, 0.11), INNER_DEPTH)
+        depth = min(max(self.opening, MIN_GOAL_DEPTH), INNER_DEPTH)
         return self.drawer_point((0.5 * depth, 0.0, FLOOR_Z))
 
     def in_drawer(self, obj: FreeObject) -> bool:
@@ -160,4 +163,4 @@ class PutCupInDrawerEnv(CabinetEnv):
         }
 
     def expert_goal(self) -> dict[str, Any]:
-        return {"pos": self.goal_position()}
+        return {"pos": self.goal_position(), "tolerance": RELEASE_TOLERANCE}
