@@ -303,9 +303,6 @@ def test_put_wrong_cup_in_drawer_is_not_success(make_env, monkeypatch):
     assert infos[-1]["wrong_object_in_drawer"] is True and infos[-1]["in_drawer"] is False
 
 
-# ---------------------------------------------------------------------------- slow: held-out seeds
-
-
 def test_put_expert_lets_go_where_a_cup_still_fits_between_the_walls(make_env):
     base = make_env(PUT).unwrapped
     base.reset(seed=0)
@@ -314,3 +311,6 @@ def test_put_expert_lets_go_where_a_cup_still_fits_between_the_walls(make_env):
     # smallest exposed interior the goal assumes.
     room = min(cabinet.INNER_HALF_W, 0.5 * put_cup_in_drawer.MIN_GOAL_DEPTH) - CUP_RADIUS
     assert 0.005 < tolerance < room
+
+
+# ---------------------------------------------------------------------------- slow: held-out seeds
