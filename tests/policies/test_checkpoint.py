@@ -97,23 +97,3 @@ def test_unserialisable_extra_raises_before_writing(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="JSON-serialisable"):
         save_checkpoint(trained_policy(tokenizer, "l1"), tmp_path / "ckpt", extra={"bad": object()})
     assert not (tmp_path / "ckpt").exists()
-
-
-def test_a_checkpoint_saved_before_the_patch_stem_loads_as_it_was_built(tmp_path, tokenizer):
-    # Checkpoints written before `vision_patch` existed have no such field and a 3x3 stride-2 first block,
-    # whatever the field's default is today: they must load strictly and act as before, and so must `--init`.
-    from vlagym.cli.train import _checkpoint_policy
-    from vlagym.policies.config import PREDATED
-
-    torch.manual_seed(0)
-    policy = VLAPolicy(VLAConfig(**{**TINY, **PREDATED}), tokenizer).eval()
-    save_checkpoint(policy, tmp_path / "old")
-    meta = json.loads((tmp_path / "old" / CONFIG_NAME).read_text())
-    del meta["config"]["vision_patch"]
-    (tmp_path / "old" / CONFIG_NAME).write_text(json.dumps(meta))
-    loaded = VLAPolicy.from_pretrained(tmp_path / "old")
-    assert loaded.config.vision_patch == 0 and loaded.config == policy.config
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.predict_action_chunk(batch()), policy.predict_action_chunk(batch()))
-    assert _checkpoint_policy(str(tmp_path / "old"))["vision_patch"] == 0
-    assert VLAConfig.from_saved({**meta["config"], "vision_patch": 4}).vision_patch == 4

@@ -252,31 +252,12 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(hidden_dim=30, text_heads=4), "text_heads=4"),
         (dict(temporal_ensemble=True, n_action_steps=2), "2"),
         (dict(vision_channels=(8, -1)), "-1"),
-        (dict(vision_patch=-4), "-4"),
-        (dict(vision_patch=True), "True"),
-        (dict(image_size=32, vision_channels=(8, 16, 32), vision_patch=16), "total stride 64"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):
     with pytest.raises(ValueError) as err:
         VLAConfig(**kwargs)
     assert quoted in str(err.value)
-
-
-@pytest.mark.parametrize("patch, image_size, side", [(0, 64, 8), (4, 64, 8), (4, 48, 6), (2, 32, 8)])
-def test_the_patch_stem_sets_the_first_blocks_stride(patch, image_size, side):
-    # 0: three 3x3 stride-2 blocks (64 -> 8); a patch stem replaces the first block's stride by the patch side.
-    from vlagym.policies.vla import FiLMConvEncoder
-
-    channels = (4, 8, 16) if patch == 0 else (4, 8)
-    encoder = FiLMConvEncoder(channels, cond_dim=6, out_dim=5, film=True, patch=patch)
-    maps = []
-    encoder.norms[-1].register_forward_hook(lambda module, args, out: maps.append(out.shape))
-    out = encoder(torch.rand(2, 3, image_size, image_size), torch.rand(2, 6))
-    assert out.shape == (2, 5)
-    assert maps == [(2, 16 if patch == 0 else 8, side, side)]
-    if patch:
-        assert encoder.convs[0].kernel_size == encoder.convs[0].stride == (patch, patch)
 
 
 def test_config_round_trips_through_json():

@@ -77,10 +77,9 @@ def _lerobot_datasets(datasets: list[str], mapping: dict[str, Any]) -> list[str]
 def _checkpoint_policy(folder: str) -> dict:
     """The `VLAConfig` dict a checkpoint folder was trained with (a `UserError` when it is none)."""
     from vlagym.policies.checkpoint import read_checkpoint_config
-    from vlagym.policies.config import VLAConfig
 
     try:
-        return VLAConfig.from_saved(dict(read_checkpoint_config(folder)["config"])).to_dict()
+        return dict(read_checkpoint_config(folder)["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"--init: {e}") from e
 

@@ -181,7 +181,7 @@ class OnnxPolicy:
         if raw is None:
             raise ExportError(f"{str(path)!r} is not a vlagym policy (no {METADATA_KEY!r} metadata)")
         self.meta: dict[str, Any] = json.loads(raw)
-        self.config = VLAConfig.from_saved(dict(self.meta["config"]))
+        self.config = VLAConfig.from_dict(dict(self.meta["config"]))
         self.tokenizer = Tokenizer.from_dict(dict(self.meta["tokenizer"]))
         self.input_names = input_names(self.config)
 

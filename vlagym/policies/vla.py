@@ -51,24 +51,20 @@ def _groups(channels: int) -> int:
 
 
 class FiLMConvEncoder(nn.Module):
-    """Conv blocks (conv, GroupNorm, optional FiLM, GELU), then spatial-softmax keypoints and a global average
-    pool, projected. The first block embeds non-overlapping `patch` x `patch` patches (0: a 3x3 stride-2 conv);
-    each later block is a 3x3 stride-2 conv.
+    """Stride-2 conv blocks (conv, GroupNorm, optional FiLM, GELU), then spatial-softmax keypoints and a
+    global average pool, projected.
 
     The keypoints (the expected image position of each channel's activation) keep *where* things are;
     an average pool alone throws position away, and a policy must know where the named object stands.
     """
 
-    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool, patch: int = 0):
+    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool):
         super().__init__()
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         self.films = nn.ModuleList() if film else None
         c_in = 3
-        for i, c in enumerate(channels):
-            if i == 0 and patch > 0:
-                self.convs.append(nn.Conv2d(c_in, c, kernel_size=patch, stride=patch))
-            else:
-                self.convs.append(nn.Conv2d(c_in, c, kernel_size=3, stride=2, padding=1))
+        for c in channels:
+            self.convs.append(nn.Conv2d(c_in, c, kernel_size=3, stride=2, padding=1))
             self.norms.append(nn.GroupNorm(_groups(c), c))
             if self.films is not None:
                 f = nn.Linear(cond_dim, 2 * c)
@@ -183,7 +179,7 @@ class VLAPolicy(nn.Module):
             self.vision = PretrainedVision(bb, cfg.cameras, cfg.image_size, h, cfg.film, pretrained)
         else:
             self.vision = nn.ModuleDict(
-                {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film, cfg.vision_patch) for cam in cfg.cameras}
+                {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras}
             )
         self.proprio = _mlp([cfg.proprio_dim, h, h])
         trunk_in = h * (len(cfg.cameras) + 2)
@@ -477,7 +473,7 @@ class VLAPolicy(nn.Module):
 
 def policy_from_meta(meta: Mapping[str, Any]) -> VLAPolicy:
     """An untrained `VLAPolicy` with the config, tokenizer and statistics of a checkpoint's ``config.json``."""
-    config, tokenizer = VLAConfig.from_saved(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"]))
+    config, tokenizer = VLAConfig.from_dict(dict(meta["config"])), Tokenizer.from_dict(dict(meta["tokenizer"]))
     policy = VLAPolicy(config, tokenizer, pretrained_backbones=False)  # the weights follow, from the checkpoint
     if meta.get("stats") is not None:
         policy.set_stats(NormStats.from_dict(meta["stats"]))

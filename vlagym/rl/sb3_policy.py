@@ -144,7 +144,7 @@ class VLAActorCriticPolicy(ActorCriticPolicy):
         for fixed in ("features_extractor_class", "features_extractor_kwargs", "share_features_extractor", "net_arch"):
             kwargs.pop(fixed, None)  # set here; present when SB3 rebuilds the policy from its saved arguments
         kwargs.pop("ortho_init", None)  # never: it would overwrite the BC weights' structure
-        check_rl_config(VLAConfig.from_saved(dict(vla_meta["config"])))
+        check_rl_config(VLAConfig.from_dict(dict(vla_meta["config"])))
         if critic_state and (not isinstance(observation_space, spaces.Dict) or "state" not in observation_space.spaces):
             raise ValueError("critic_state=True needs a 'state' observation (obs_mode='rgb+state')")
         self.vla_meta = dict(vla_meta)

@@ -294,7 +294,7 @@ class BCConfig(Config):
         from vlagym.policies.checkpoint import read_checkpoint_config  # lazy: imports torch
 
         try:
-            theirs = VLAConfig.from_saved(dict(read_checkpoint_config(self.init)["config"])).to_dict()
+            theirs = VLAConfig.from_dict(dict(read_checkpoint_config(self.init)["config"])).to_dict()
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"init: {e}") from e
         ours = self.policy.to_dict()

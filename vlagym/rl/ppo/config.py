@@ -172,7 +172,7 @@ class RLConfig(Config):
 
         self.policy = str(self.policy)
         meta = read_checkpoint_config(self.policy)
-        check_rl_config(VLAConfig.from_saved(meta["config"]))
+        check_rl_config(VLAConfig.from_dict(meta["config"]))
         if not self.task:
             self.task = (meta.get("extra") or {}).get("env_id")
             if not self.task:

@@ -101,7 +101,7 @@ def _distill(cfg: DistillConfig, out: Path, teacher: ResidualTeacher, remote: Ra
         atomic_write_json(summary_path, summary)
     if summary["teacher"]["successes"] == 0:
         raise ValueError(f"the teacher succeeded in none of its {cfg.episodes} episodes: nothing to distil")
-    policy = VLAConfig.from_saved(read_checkpoint_config(teacher.description["base"])["config"])
+    policy = VLAConfig.from_dict(read_checkpoint_config(teacher.description["base"])["config"])
     datasets = [str(rollouts), *cfg.demos]
     rounds: list[dict[str, Any]] = summary.setdefault("rounds", [])
     for r in range(cfg.dagger_rounds + 1):
