@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from vlagym.cli import main
 from vlagym.eval.quickstart import QuickstartConfig
@@ -20,6 +21,8 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     assert "three cups (instruction following)" in printed
     summary = json.loads((out / "quickstart_summary.json").read_text())
     assert summary["demos"]["demos"] == 2
+    # the machine and package builds beside the figures: other ones train other weights from the same seeds
+    assert summary["machine"]["versions"]["torch"] == torch.__version__ and summary["machine"]["cpu_count"] >= 1
     for folder in ("eval", "eval_heldout", "eval_three_cups"):
         results = json.loads((out / folder / "results.json").read_text())
         assert results["tasks"]["VLA-PickCup-v0"]["n"] == 2
