@@ -9,6 +9,7 @@ import sys
 import types
 
 import imageio.v3 as iio
+import mujoco
 import numpy as np
 import pytest
 
@@ -53,6 +54,9 @@ def test_expert_on_pickcup_succeeds_and_writes_results(tmp_path):
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(results))
     config = json.loads((out / "eval_config.json").read_text())
     assert config["config"]["policy"] == "expert" and config["config"]["seed"] == 40 and config["tasks"] == [PICK]
+    # the machine beside the figures: the expert ran on state observations, so nothing was rendered
+    assert results["machine"]["versions"]["mujoco"] == mujoco.__version__
+    assert results["machine"]["gl_renderer"].startswith("not used")
     lines = (out / "results.md").read_text().strip().splitlines()
     assert lines[0] == "| task | n | success | 95% CI | success at end | mean length | mean return |"
     cells = [c.strip() for c in lines[2].strip("|").split("|")]

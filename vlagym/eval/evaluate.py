@@ -10,7 +10,7 @@ one was recorded): `vlagym.eval.summary`. The options are `EvalConfig`
 (`vlagym.eval.configs`); the policies, `vlagym.eval.adapters`. Outputs, all written atomically:
 
     OUT/eval_config.json   the EvalConfig and the env kwargs actually used (written first)
-    OUT/results.json       per-task summaries and per-episode records
+    OUT/results.json       per-task summaries and per-episode records, and the machine's fingerprint
     OUT/results.md         the Markdown table of `vlagym.eval.summary.format_results`
     OUT/videos/*.mp4       optional: the first `videos` episodes of each task
 
@@ -47,6 +47,7 @@ from vlagym.eval.journal import remove_journals
 from vlagym.eval.layout import EVAL_CONFIG_JSON, RESULTS_JSON, RESULTS_MD, VIDEOS_DIR
 from vlagym.eval.loading import load_eval_policy
 from vlagym.eval.local_rollouts import Journaled, Rollouts
+from vlagym.eval.machine import machine_fingerprint
 from vlagym.eval.rollout import make_rollout_envs
 from vlagym.eval.summary import episode_dict, format_results, summarize
 from vlagym.io import atomic_write_json, atomic_write_text, temp_path
@@ -224,6 +225,8 @@ def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Rol
         "vlagym_version": vlagym.__version__,
         "backend": rollouts.describe(),
         "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out, rollouts) for task in tasks},
+        # other machines and package builds give other floating-point results: the figures carry theirs
+        "machine": machine_fingerprint(rendered="rgb" in str(env_kwargs.get("obs_mode", ""))),
     }
     latencies = getattr(checkpoint, "latencies", None)
     if latencies is not None and hasattr(backend, "served_latencies"):  # the workers made the requests
