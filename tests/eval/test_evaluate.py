@@ -99,6 +99,7 @@ def test_videos_of_the_first_episodes(tmp_path):
     assert len(s["videos"]) == 1 and s["videos"][0].endswith(f"{PICK}_seed40.mp4")
     frames = iio.imread(s["videos"][0])
     assert frames.shape == (s["episodes"][0]["length"] + 1, 32, 32, 3)
+    assert not results["machine"]["gl_renderer"].startswith("not used")  # the videos rendered: name the renderer
 
 
 @pytest.mark.parametrize(

@@ -226,7 +226,7 @@ def _evaluate(cfg: EvalConfig, checkpoint: CheckpointPolicy | None, backend: Rol
         "backend": rollouts.describe(),
         "tasks": {task: _evaluate_task(task, cfg, checkpoint, env_kwargs, out, rollouts) for task in tasks},
         # other machines and package builds give other floating-point results: the figures carry theirs
-        "machine": machine_fingerprint(rendered="rgb" in str(env_kwargs.get("obs_mode", ""))),
+        "machine": machine_fingerprint(rendered="rgb" in str(env_kwargs.get("obs_mode", "")) or cfg.videos > 0),
     }
     latencies = getattr(checkpoint, "latencies", None)
     if latencies is not None and hasattr(backend, "served_latencies"):  # the workers made the requests

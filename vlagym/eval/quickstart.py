@@ -6,8 +6,9 @@ Every stage writes into one run folder (demos.hdf5, bc/ with checkpoints and
 TensorBoard logs, eval/ and eval_heldout/ with results and videos), and the
 run's config is saved beside them. quickstart_summary.json adds the stages' times
 and the machine's fingerprint (package versions, CPU): the same seeds train the
-same weights on one machine, not on every machine (docs/speed.md). Evaluation seeds start at `eval_seed`, far
-from the demo seeds 0..demos-1, so the policy is scored on scenes it never saw.
+same weights on one machine, not on every machine (docs/speed.md). Evaluation
+seeds start at `eval_seed`, far from the demo seeds 0..demos-1, so the policy is
+scored on scenes it never saw.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlagym.eval.machine import machine_fingerprint
 from vlagym.io import atomic_write_json
 from vlagym.policies.config import VLAConfig
 from vlagym.train.run_files import TB_DIR
@@ -179,7 +179,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "labels": labels,
         "timings_s": timings,
         "total_s": sum(timings.values()),
-        "machine": machine_fingerprint(rendered=True),
+        "machine": next(iter(results.values()))["machine"],  # this process's, as its evaluations recorded it
     }
     atomic_write_json(out / "quickstart_summary.json", {k: v for k, v in summary.items() if k != "results"})
     return summary
