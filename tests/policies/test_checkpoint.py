@@ -33,9 +33,9 @@ def batch(b: int = 2) -> dict:
     }
 
 
-def trained_policy(tokenizer: Tokenizer, head: str) -> VLAPolicy:
+def trained_policy(tokenizer: Tokenizer, head: str, film_words: bool = False) -> VLAPolicy:
     torch.manual_seed(0)
-    policy = VLAPolicy(VLAConfig(**TINY, head=head, normalization="quantile"), tokenizer)
+    policy = VLAPolicy(VLAConfig(**TINY, head=head, normalization="quantile", film_words=film_words), tokenizer)
     rng = np.random.default_rng(0)
     policy.set_stats(
         NormStats.from_arrays({"action": rng.normal(1.0, 3.0, (200, 7)), "proprio": rng.normal(size=(200, 23))})
@@ -46,9 +46,9 @@ def trained_policy(tokenizer: Tokenizer, head: str) -> VLAPolicy:
     return policy.eval()
 
 
-@pytest.mark.parametrize("head", ["l1", "flow"])
-def test_round_trip_is_exact(tmp_path, tokenizer, head):
-    policy = trained_policy(tokenizer, head)
+@pytest.mark.parametrize("head, film_words", [("l1", False), ("flow", False), ("l1", True)])
+def test_round_trip_is_exact(tmp_path, tokenizer, head, film_words):
+    policy = trained_policy(tokenizer, head, film_words)
     extra = {"env_id": "VLA-PickCup-v0", "env_kwargs": {"obs_mode": "rgb", "image_size": 32}}
     save_checkpoint(policy, tmp_path / "ckpt", extra=extra)
     loaded = VLAPolicy.from_pretrained(tmp_path / "ckpt")

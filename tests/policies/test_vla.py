@@ -120,6 +120,23 @@ def test_instruction_changes_the_action(tokenizer):
     assert (pred[0::2] > 0.5).all() and (pred[1::2] < -0.5).all(), pred
 
 
+def test_film_words_condition_the_images_on_the_bag_of_the_words_training_saw(tokenizer):
+    policy = tiny(tokenizer, film_words=True).train()
+    policy.features(make_batch(b=2, instructions=["pick up the purple cup", "lift the red block"]))
+    policy.eval()  # acting marks no more words
+    texts = ["pick up the purple cup", "cup purple the up pick", "could you pick up the purple cup", "lift the cup"]
+    bag = policy._bag_of_words(policy.tokenize(texts))
+    # Order-free, and words training never saw ("could", "you") are left out; other words change it.
+    assert torch.allclose(bag[0], bag[1], atol=1e-6) and torch.allclose(bag[0], bag[2], atol=1e-6)
+    assert not torch.allclose(bag[0], bag[3], atol=1e-3)
+    seen = []
+    front = policy.vision["front"]
+    front.forward = lambda images, cond: (seen.append(cond), type(front).forward(front, images, cond))[1]
+    policy.features(make_batch(b=4, instructions=texts))
+    assert torch.equal(seen[0], bag)  # what FiLM reads
+    assert not hasattr(tiny(tokenizer), "film_words")  # off by default: FiLM reads the instruction encoder
+
+
 def test_select_action_uses_the_queue_and_reset_clears_it(tokenizer):
     policy = tiny(tokenizer, n_action_steps=3)
     batch = make_batch(b=2)
@@ -252,6 +269,7 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(hidden_dim=30, text_heads=4), "text_heads=4"),
         (dict(temporal_ensemble=True, n_action_steps=2), "2"),
         (dict(vision_channels=(8, -1)), "-1"),
+        (dict(film_words=1), "film_words"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):

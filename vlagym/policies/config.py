@@ -238,6 +238,10 @@ class VLAConfig(Config):
     """Instruction length in tokens (longer instructions are truncated)."""
     film: bool = True
     """FiLM-condition every conv block on the instruction embedding, so the instruction changes what is seen."""
+    film_words: bool = False
+    """FiLM-condition the image encoders on a bag of words (the mean of the instruction words' own embeddings, a
+    table of their own) instead of the instruction encoder's output: additive over the words, so a colour and a
+    kind learned on different objects modulate the image together (docs/generalization.md)."""
     trunk_layers: int = 2
     """Hidden layers of the trunk MLP over the concatenated camera, instruction and proprio features."""
     flow_steps: int = 10
@@ -291,7 +295,7 @@ class VLAConfig(Config):
         _choice("head", self.head, HEADS)
         _choice("flow_time_sampling", self.flow_time_sampling, FLOW_TIME_SAMPLINGS)
         _choice("normalization", self.normalization, NORMALIZATIONS)
-        for name in ("temporal_ensemble", "film", "binary_gripper"):
+        for name in ("temporal_ensemble", "film", "film_words", "binary_gripper"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not (isinstance(self.ensemble_coeff, (int, float)) and math.isfinite(self.ensemble_coeff)):

@@ -25,6 +25,7 @@ from vlagym.policies.acting import temporal_ensemble_step
 from vlagym.policies.backbones import PretrainedText, PretrainedVision
 from vlagym.policies.checkpoint import check_state_dict, read_checkpoint_config, read_weights, save_checkpoint
 from vlagym.policies.config import VLAConfig
+from vlagym.policies.text import InstructionEncoder
 from vlagym.wrappers.language import PAD_ID, Tokenizer
 from vlagym.wrappers.normalize import NormStats
 
@@ -97,49 +98,6 @@ def _spatial_softmax(x: Tensor) -> Tensor:
     return torch.cat([expected_x, expected_y], dim=-1)
 
 
-class InstructionEncoder(nn.Module):
-    """Token + position embeddings, a small transformer encoder, mean pool over the non-padding tokens."""
-
-    def __init__(self, vocab_size: int, max_tokens: int, dim: int, layers: int, heads: int):
-        super().__init__()
-        self.tokens = nn.Embedding(vocab_size, dim, padding_idx=PAD_ID)
-        self.positions = nn.Parameter(torch.randn(max_tokens, dim) * 0.02)
-        self.encoder = (
-            nn.TransformerEncoder(
-                nn.TransformerEncoderLayer(
-                    dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
-                ),
-                layers,
-                enable_nested_tensor=False,
-            )
-            if layers > 0
-            else None
-        )
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        # A row's encoding depends on its own tokens alone, and padding columns past every row's last token
-        # change nothing (masked as keys, left out of the pool): in training, encode each distinct instruction
-        # once, up to the longest one's end (a batch of demos holds few distinct instructions). Acting keeps the
-        # full-width batch: its float results then stay those of earlier versions, whatever torch's thread count.
-        if not self.training:
-            return self._encode(ids)
-        unique, inverse = torch.unique(ids, dim=0, return_inverse=True)
-        used = (unique != PAD_ID).any(dim=0).nonzero()
-        unique = unique[:, : int(used.max()) + 1 if len(used) else 1]
-        return self._encode(unique)[inverse]
-
-    def _encode(self, ids: Tensor) -> Tensor:
-        pad = ids == PAD_ID
-        # An all-padding row (empty instruction) would give NaN attention; let it attend to its first slot.
-        pad[:, 0] &= ~pad.all(dim=1)
-        x = self.tokens(ids) + self.positions[: ids.shape[1]]
-        if self.encoder is not None:
-            x = self.encoder(x, src_key_padding_mask=pad)
-        keep = (~pad).unsqueeze(-1).to(x.dtype)
-        return self.norm((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))
-
-
 def _time_embedding(t: Tensor, dim: int) -> Tensor:
     """Sinusoidal features of t in [0, 1] (B,) -> (B, dim)."""
     half = dim // 2
@@ -181,6 +139,10 @@ class VLAPolicy(nn.Module):
             self.vision = nn.ModuleDict(
                 {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras}
             )
+        if cfg.film_words:  # the words training saw (a word no demo says carries no meaning: left out)
+            self.film_words = nn.Embedding(self.tokenizer.vocab_size, h, padding_idx=PAD_ID)
+            self.register_buffer("film_seen", torch.zeros(self.tokenizer.vocab_size, dtype=torch.bool))
+            self.film_norm = nn.LayerNorm(h)
         self.proprio = _mlp([cfg.proprio_dim, h, h])
         trunk_in = h * (len(cfg.cameras) + 2)
         self.trunk = nn.Sequential(_mlp([trunk_in] + [h] * cfg.trunk_layers), nn.GELU())
@@ -260,14 +222,23 @@ class VLAPolicy(nn.Module):
 
     def features(self, batch: Mapping[str, Any]) -> Tensor:
         """(B, hidden_dim) trunk features of the observation and instruction."""
-        text = self.text(self._tokens(batch))
+        ids = self._tokens(batch)
+        text = self.text(ids)
+        cond = self._bag_of_words(ids) if self.config.film_words else text
         proprio = torch.as_tensor(batch[PROPRIO_KEY], device=self.device).float()
         proprio = (proprio - self.proprio_offset) / self.proprio_scale
         if isinstance(self.vision, PretrainedVision):
-            parts = self.vision([self._images(batch, cam) for cam in self.config.cameras], text)
+            parts = self.vision([self._images(batch, cam) for cam in self.config.cameras], cond)
         else:
-            parts = [self.vision[cam](self._images(batch, cam), text) for cam in self.config.cameras]
+            parts = [self.vision[cam](self._images(batch, cam), cond) for cam in self.config.cameras]
         return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
+
+    def _bag_of_words(self, ids: Tensor) -> Tensor:
+        """(B, hidden_dim) normalised mean of the `film_words` embeddings of each row's words that training saw."""
+        if self.training:
+            self.film_seen[ids] = True
+        keep = ((ids != PAD_ID) & self.film_seen[ids]).unsqueeze(-1).float()
+        return self.film_norm((self.film_words(ids) * keep).sum(1) / keep.sum(1).clamp_min(1.0))
 
     # ------------------------------------------------------------------ heads
     def _velocity(self, feats: Tensor, x: Tensor, t: Tensor) -> Tensor:
