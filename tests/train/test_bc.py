@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import h5py
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -21,6 +22,7 @@ from vlagym.policies import VLAConfig, load_policy
 from vlagym.train.bc import BCConfig, lr_factor, train_bc
 from vlagym.train.demos import DemoConfig, collect_demos
 from vlagym.train.run_files import STATE_NAME, latest_checkpoint
+from vlagym.wrappers.language import split_words
 
 TINY_POLICY = {
     "image_size": 32,
@@ -264,6 +266,18 @@ def test_dataloader_workers_and_preloading_do_not_change_the_result(pick_demos, 
         assert ("demos preloaded" in caplog.text) == ("preload_gb" not in options), name
     for name in ("workers", "from-files", "from-files-workers"):
         assert_identical(results["default"], results[name])
+
+
+def test_film_words_checkpoint_marks_every_word_of_the_demos(pick_demos, tmp_path):
+    # One step of 2 samples: the batch holds one or two instructions, the demos more words. The trainer marks
+    # them all up front (under DDP every rank then holds them, whatever rank 0's batches were).
+    policy_config = VLAConfig.from_dict({**TINY_POLICY, "film_words": True})
+    config = tiny_config(pick_demos, tmp_path / "run", policy=policy_config, steps=1, batch_size=2, checkpoint_every=0)
+    policy = load_policy(train_bc(config)["checkpoint"])
+    with h5py.File(pick_demos, "r") as f:
+        words = {w for name in f["data"] for w in split_words(str(f["data"][name].attrs["instruction"]))}
+    marked = {policy.tokenizer.vocab[i] for i in policy.film_seen.nonzero().flatten().tolist()} - {"<pad>"}
+    assert marked == words
 
 
 def test_init_fine_tunes_a_checkpoint_from_its_weights_and_statistics(pick_demos, tmp_path):

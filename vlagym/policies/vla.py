@@ -233,6 +233,13 @@ class VLAPolicy(nn.Module):
             parts = [self.vision[cam](self._images(batch, cam), cond) for cam in self.config.cameras]
         return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
 
+    def mark_words(self, instructions: Sequence[str]) -> None:
+        """With `film_words`: count the words of `instructions` as seen by training (their vectors enter the bag).
+        Training batches mark their own words; a trainer marks its whole dataset's up front, so every DDP rank
+        (whose buffers rank 0 broadcasts) holds them all."""
+        if self.config.film_words:
+            self.film_seen[self.tokenize(list(instructions)).to(self.device).unique()] = True
+
     def _bag_of_words(self, ids: Tensor) -> Tensor:
         """(B, hidden_dim) normalised mean of the `film_words` embeddings of each row's words that training saw."""
         if self.training:

@@ -209,6 +209,7 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
         policy = VLAPolicy(cfg.policy)
         policy.set_stats(_dataset_stats(cfg.dataset))
     policy.to(device).train()
+    policy.mark_words(dataset.instructions)
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
     optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
