@@ -36,6 +36,7 @@ def batch(b: int = 2) -> dict:
 def trained_policy(tokenizer: Tokenizer, head: str, film_words: bool = False) -> VLAPolicy:
     torch.manual_seed(0)
     policy = VLAPolicy(VLAConfig(**TINY, head=head, normalization="quantile", film_words=film_words), tokenizer)
+    policy.mark_words(["pick up the red cup"])  # film_words: the words the saved bag may read (else: nothing)
     rng = np.random.default_rng(0)
     policy.set_stats(
         NormStats.from_arrays({"action": rng.normal(1.0, 3.0, (200, 7)), "proprio": rng.normal(size=(200, 23))})

@@ -29,6 +29,8 @@ def make_checkpoint(folder: Path, head: str) -> Path:
     torch.manual_seed(0)
     # The flow checkpoint also conditions FiLM on a bag of words, so the export covers both conditionings.
     policy = VLAPolicy(VLAConfig(head=head, film_words=head == "flow", **TINY), Tokenizer.from_tasks())
+    # Words as training would mark them: the scenes' instructions then hold marked and unmarked words.
+    policy.mark_words(["pick up the red cup", "lift the blue cup", "grab the green cup and lift it"])
     rng = np.random.default_rng(0)
     actions = np.concatenate([rng.normal(0.05, 0.3, (200, 6)), rng.choice([-1.0, 1.0], (200, 1))], axis=1)
     policy.set_stats(NormStats.from_arrays({"action": actions, "proprio": rng.normal(0.0, 0.5, (200, 23))}))
