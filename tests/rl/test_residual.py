@@ -220,6 +220,38 @@ def test_teacher_refuses_changed_base_weights(bc_checkpoint, tmp_path):
         load_teacher(result["checkpoint"])
 
 
+def test_n_action_steps_sets_how_the_base_acts_in_training_and_in_the_teacher(bc_checkpoint, tmp_path):
+    """`--n-action-steps` makes the base execute that many actions per chunk (a checkpoint trained with the temporal
+    ensemble, or with another count); the teacher records it and acts so again when loaded."""
+    own = CheckpointPolicy(bc_checkpoint).chunk_execution()
+    n = 3 if own["n_action_steps"] != 3 else 2
+    result = train_residual(tiny_config(bc_checkpoint, tmp_path / "run", total_timesteps=60, n_action_steps=n))
+    teacher = load_teacher(result["checkpoint"])
+    assert teacher.base.chunk_execution() == {**own, "n_action_steps": n, "temporal_ensemble": False}
+    assert json.loads((Path(result["checkpoint"]) / "teacher.json").read_text())["chunk_execution"]["n_action_steps"] == n
+    # The teacher's base acts as `vlagym eval --n-action-steps n` of the checkpoint, and unlike its own setting.
+    actions = {}
+    for name, execution in (("teacher", None), ("eval", (n, False)), ("own", None)):
+        policy = teacher.base if name == "teacher" else CheckpointPolicy(bc_checkpoint)
+        if execution is not None:
+            policy.execute_chunks(*execution)
+        envs = make_rollout_envs(teacher.task, 1, "sync", **policy.env_kwargs)
+        try:
+            obs, _ = envs.reset(seed=[5])
+            policy.reset(np.ones(1, bool))
+            steps = []
+            for _ in range(12):
+                steps.append(np.asarray(policy(obs)))
+                obs, *_ = envs.step(steps[-1])
+        finally:
+            envs.close()
+        actions[name] = np.stack(steps)
+    np.testing.assert_array_equal(actions["teacher"], actions["eval"])
+    assert not np.array_equal(actions["teacher"], actions["own"])
+    with pytest.raises(ValueError, match="n_action_steps"):
+        tiny_config(bc_checkpoint, tmp_path / "bad", n_action_steps=own["chunk_size"] + 1)
+
+
 def test_residual_rl_imports_no_scripted_expert():
     """Post-training sees only the success signal and the simulator state: no module of the package imports an
     expert (vlagym.envs.expert, the tasks' expert code or the eval's expert adapters)."""

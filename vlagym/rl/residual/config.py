@@ -28,6 +28,9 @@ class ResidualConfig(Config):
     """the frozen base: a VLA checkpoint folder (model.safetensors + config.json)"""
     task: str | None = None
     """registered env id; None: the checkpoint's task"""
+    n_action_steps: int | None = None
+    """actions the base executes of each predicted chunk before it predicts again (1..chunk size, no temporal
+    ensemble), in training, evaluation and the saved teacher; unset: the checkpoint's own setting"""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """extra env kwargs, added to the checkpoint's (e.g. {"num_cups": 1})"""
     out: str = "runs/residual"
@@ -108,9 +111,14 @@ class ResidualConfig(Config):
     """Ray workers (one CPU each); unset: one per CPU of the cluster"""
 
     def __post_init__(self) -> None:
-        self.policy, _, self.task = read_base_checkpoint(
+        self.policy, meta, self.task = read_base_checkpoint(
             self.policy, self.task, "residual RL needs a base VLA checkpoint folder (policy)"
         )
+        if self.n_action_steps is not None:
+            check_int("n_action_steps", self.n_action_steps, 1)
+            chunk = (meta.get("config") or {}).get("chunk_size")
+            if chunk is not None and self.n_action_steps > chunk:
+                raise ValueError(f"n_action_steps={self.n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
         self.task = check_task_and_env_kwargs(
             self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the observation settings are the checkpoint's"
         )

@@ -40,7 +40,7 @@ from vlagym.eval.summary import episode_dict, summarize
 from vlagym.io import atomic_write_json, atomic_write_npz, atomic_write_text
 from vlagym.rl.residual.agent import ResidualSAC, ResidualSACPolicy
 from vlagym.rl.residual.config import ResidualConfig
-from vlagym.rl.residual.teacher import ResidualTeacher, base_sha256, save_teacher
+from vlagym.rl.residual.teacher import ResidualTeacher, base_sha256, load_base, save_teacher
 from vlagym.rl.residual.venv import LocalSubEnvs, ResidualVecEnv
 from vlagym.train.run import load_state, preserved_rng, resolve_device, rng_state, seed_everything, set_rng_state
 from vlagym.train.run_files import (
@@ -90,13 +90,16 @@ def env_kwargs(cfg: ResidualConfig, base: CheckpointPolicy) -> dict[str, Any]:
 
 def _build(cfg: ResidualConfig) -> Run:
     seed_everything(cfg.seed)
-    base = CheckpointPolicy(cfg.policy)
+    execution = None
+    if cfg.n_action_steps is not None:
+        execution = {"n_action_steps": cfg.n_action_steps, "temporal_ensemble": False}
+    base = load_base(cfg.policy, execution)
     kwargs = env_kwargs(cfg, base)
     if cfg.backend == "ray":
         from vlagym.rl.residual.remote import RaySubEnvs
 
         sub: Any = RaySubEnvs(
-            cfg.policy, cfg.task, kwargs, cfg.alpha, cfg.n_envs, cfg.vectorization, cfg.workers, cfg.address
+            cfg.policy, cfg.task, kwargs, cfg.alpha, cfg.n_envs, cfg.vectorization, cfg.workers, cfg.address, execution
         )
     else:
         sub = LocalSubEnvs(make_rollout_envs(cfg.task, cfg.n_envs, cfg.vectorization, **kwargs), base, cfg.alpha)
@@ -130,6 +133,7 @@ def _build(cfg: ResidualConfig) -> Run:
         "hidden": list(cfg.hidden),
         "task": cfg.task,
         "env_kwargs": kwargs,
+        "chunk_execution": base.chunk_execution(),
     }
     return Run(cfg, venv, model, description, base)
 

@@ -25,7 +25,7 @@ from vlagym.rl.collection.episodes import RolloutEpisode
 from vlagym.rl.collection.rollouts import Collection, collect_round, join_collections
 from vlagym.rl.residual.config import DistillConfig
 from vlagym.rl.residual.dagger import DaggerActor, recording_envs
-from vlagym.rl.residual.teacher import ACTOR_NAME, TEACHER_NAME, load_teacher
+from vlagym.rl.residual.teacher import ACTOR_NAME, TEACHER_NAME, load_base, load_teacher
 from vlagym.rl.residual.venv import LocalSubEnvs, Stepped
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,9 @@ class RayTeacher:
 class SubEnvWorker:
     """A Ray actor: a slice of `train-residual`'s sub-envs and its own copy of the frozen base (`LocalSubEnvs`)."""
 
-    def __init__(self, base: Any, task: str, n_envs: int, vectorization: str, env_kwargs: dict[str, Any], alpha: float):
-        policy = CheckpointPolicy(base.materialize())
+    def __init__(self, base: Any, task: str, n_envs: int, vectorization: str, env_kwargs: dict[str, Any], alpha: float,
+                 chunk_execution: dict[str, Any] | None = None):  # fmt: skip
+        policy = load_base(base.materialize(), chunk_execution)
         envs = make_rollout_envs(task, n_envs, vectorization, **env_kwargs)
         self.local = LocalSubEnvs(envs, policy, alpha)
 
@@ -129,12 +130,14 @@ class RaySubEnvs:
     `--resume` continues from the last checkpoint."""
 
     def __init__(self, policy: str, task: str, env_kwargs: dict[str, Any], alpha: float, n_envs: int,
-                 vectorization: str, workers: int | None, address: str | None):  # fmt: skip
+                 vectorization: str, workers: int | None, address: str | None,
+                 chunk_execution: dict[str, Any] | None = None):  # fmt: skip
         from vlagym.distributed import ActorPool, connect, ship_folder
 
         connect(address)
         base = ship_folder(policy, CHECKPOINT_FILES)
-        self.pool = ActorPool(SubEnvWorker, (base, task, n_envs, vectorization, env_kwargs, alpha), workers)
+        args = (base, task, n_envs, vectorization, env_kwargs, alpha, chunk_execution)
+        self.pool = ActorPool(SubEnvWorker, args, workers)
         self.n = n_envs
         self.num_envs = n_envs * len(self.pool.actors)
         self.feature_dim, self.action_dim = self.pool.ask("dims")[0]

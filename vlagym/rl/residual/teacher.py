@@ -74,6 +74,15 @@ class ResidualTeacher:
         return apply_residual(base_action, self.residual(residual_features(obs, base_action)), self.alpha)
 
 
+def load_base(folder: str | os.PathLike, chunk_execution: dict[str, Any] | None = None) -> CheckpointPolicy:
+    """The frozen base checkpoint, executing its chunks as `chunk_execution` (``{"n_action_steps": n,
+    "temporal_ensemble": bool}``, e.g. a teacher's recorded one) says; None: as the checkpoint itself does."""
+    base = CheckpointPolicy(folder)
+    if chunk_execution is not None:
+        base.execute_chunks(chunk_execution["n_action_steps"], chunk_execution["temporal_ensemble"])
+    return base
+
+
 def save_teacher(folder: Path, actor: torch.nn.Module, description: dict[str, Any]) -> None:
     """Write ``teacher.json`` and ``actor.safetensors`` into `folder`."""
     save_file({k: v.detach().cpu().contiguous() for k, v in actor.state_dict().items()}, str(folder / ACTOR_NAME))
@@ -96,4 +105,5 @@ def load_teacher(folder: str | os.PathLike, base: str | os.PathLike | None = Non
     policy = make_policy(description["obs_dim"], description["residual_dims"], description["hidden"])
     policy.actor.load_state_dict(load_file(str(folder / ACTOR_NAME)), strict=True)
     policy.set_training_mode(False)
-    return ResidualTeacher(CheckpointPolicy(base_folder), policy.actor, description)
+    # Teachers written before chunk_execution was recorded acted as their checkpoint does: None does the same.
+    return ResidualTeacher(load_base(base_folder, description.get("chunk_execution")), policy.actor, description)
