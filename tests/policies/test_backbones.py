@@ -27,17 +27,33 @@ from vlagym.wrappers.language import Tokenizer  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from test_vla import TINY, make_batch  # noqa: E402
 
+# Widths of the tiny transformers; the QLoRA test's are wider, since bitsandbytes' CPU kernels for NF4 weights (the
+# packed layout it switches to in inference on CPUs with AVX512-BF16) need at least 64 input features per layer.
+TINY_WIDTH = {"hidden_size": 32, "intermediate_size": 37}
+QLORA_WIDTH = {"hidden_size": 64, "intermediate_size": 128}
 VISION = {
-    "siglip": lambda: transformers.SiglipVisionConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, image_size=32, patch_size=8
+    "siglip": lambda width: transformers.SiglipVisionConfig(
+        num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8, **width
     ),
-    "dinov2": lambda: transformers.Dinov2Config(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, image_size=32, patch_size=8
+    "dinov2": lambda width: transformers.Dinov2Config(
+        num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8, **width
     ),
-    "resnet": lambda: transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
+    "resnet": lambda width: transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
 }
+
+
+def _attention_projections(config: transformers.PretrainedConfig) -> list[str]:
+    """The query and value projections' names in this transformers version (DINOv2's were renamed in 5.x)."""
+    names = {name.rsplit(".", 1)[-1] for name, _ in transformers.AutoModel.from_config(config).named_modules()}
+    return ["q_proj", "v_proj"] if "q_proj" in names else ["query", "value"]
+
+
 # Attention projections of each family (the union is matched in each model, the BERT text model included).
-TARGETS = {"siglip": ["q_proj", "v_proj"], "dinov2": ["query", "value"], "resnet": ["convolution"]}
+TARGETS = {
+    "siglip": ["q_proj", "v_proj"],
+    "dinov2": _attention_projections(VISION["dinov2"](TINY_WIDTH)),
+    "resnet": ["convolution"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +64,27 @@ def tokenizer() -> Tokenizer:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizer) -> dict[str, str]:
     """{name: local folder} of tiny random models: the vision families and a BERT with its own WordPiece vocab."""
-    root = tmp_path_factory.mktemp("hf")
+    return make_models(tmp_path_factory.mktemp("hf"), tokenizer, TINY_WIDTH, VISION)
+
+
+@pytest.fixture(scope="module")
+def qlora_models(tmp_path_factory, tokenizer) -> dict[str, str]:
+    """A SigLIP and a BERT wide enough for bitsandbytes' CPU kernels."""
+    return make_models(tmp_path_factory.mktemp("hf_qlora"), tokenizer, QLORA_WIDTH, {"siglip": VISION["siglip"]})
+
+
+def make_models(root: Path, tokenizer: Tokenizer, width: dict[str, int], vision: dict) -> dict[str, str]:
     folders = {}
     torch.manual_seed(0)
-    for name, make in VISION.items():
-        transformers.AutoModel.from_config(make()).save_pretrained(root / name)
+    for name, make in vision.items():
+        transformers.AutoModel.from_config(make(width)).save_pretrained(root / name)
         folders[name] = str(root / name)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *tokenizer.vocab[2:], "##s"]
     (root / "bert").mkdir()
     (root / "bert" / "vocab.txt").write_text("\n".join(vocab) + "\n")
     transformers.BertTokenizer(str(root / "bert" / "vocab.txt")).save_pretrained(root / "bert")
     bert = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=32,
+        vocab_size=len(vocab), num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=32, **width
     )
     transformers.BertModel(bert).save_pretrained(root / "bert")
     folders["bert"] = str(root / "bert")
@@ -169,12 +189,12 @@ def test_bfloat16_backbone_trains_saves_and_reloads(tmp_path, tokenizer, models,
     assert (fp32.eval().predict_action_chunk(batch) - out).abs().max() < 0.01
 
 
-def test_qlora_trains_adapters_over_4bit_weights_reloads_and_exports(tmp_path, tokenizer, models):
+def test_qlora_trains_adapters_over_4bit_weights_reloads_and_exports(tmp_path, tokenizer, qlora_models):
     pytest.importorskip("bitsandbytes")  # its CPU backend: the 4-bit path runs here as on CUDA
     from vlagym.policies.backbones import dequantize_nf4, merge_lora
     from vlagym.policies.onnx import ActingGraph, example_inputs
 
-    p = policy(tokenizer, models, "siglip", text="bert", tuning="lora", quantization="nf4")
+    p = policy(tokenizer, qlora_models, "siglip", text="bert", tuning="lora", quantization="nf4")
     base = p.vision.model.encoder.layers[0].self_attn.q_proj.base_layer
     assert type(base).__name__ == "Linear4bit" and base.weight.dtype == torch.uint8
     before = snapshot(p)
@@ -188,12 +208,14 @@ def test_qlora_trains_adapters_over_4bit_weights_reloads_and_exports(tmp_path, t
     assert torch.equal(p.predict_action_chunk(batch), q.predict_action_chunk(batch))
 
     assert base.weight.numel() == base.in_features * base.out_features // 2, "two 4-bit weights per byte"
-    # What export traces: the 4-bit layers dequantized to float32, the adapters merged; the same actions
+    # What export traces: the 4-bit layers dequantized to float32, the adapters merged; the same actions. On CPUs
+    # with AVX512-BF16, bitsandbytes >= 0.49 runs inference through kernels of its own on repacked weights, which
+    # round differently (measured 1.7e-4 here; a wrong unpacking measured 0.07).
     inputs = example_inputs(p)
     with torch.inference_mode():
         want = ActingGraph(p)(*inputs)
         got = ActingGraph(merge_lora(dequantize_nf4(p))).eval()(*inputs)
-    assert (want - got).abs().max() < 1e-4
+    assert (want - got).abs().max() < 1e-3
 
 
 def test_frozen_trains_only_the_rest(tokenizer, models):

@@ -134,7 +134,12 @@ def dequantize_nf4(module: nn.Module) -> nn.Module:
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if _is_nf4(child):
-                weight = bnb.functional.dequantize_4bit(child.weight.data, child.weight.quant_state).float()
+                data, state = child.weight.data, child.weight.quant_state
+                if getattr(state, "packing_format_for_cpu", False):
+                    # bitsandbytes >= 0.49 repacks the weights for its CPU kernels at the first inference on an
+                    # AVX512-BF16 CPU; dequantize_4bit reads only the standard layout (its own save unpacks too).
+                    data, state = bnb.functional._convert_weight_packed_for_cpu_inverse(data, state)
+                weight = bnb.functional.dequantize_4bit(data, state).float()
                 plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
                 plain.weight = nn.Parameter(weight.reshape(child.out_features, child.in_features), requires_grad=False)
                 if child.bias is not None:
