@@ -43,7 +43,7 @@ VISION = {
 
 
 def _attention_projections(config: transformers.PretrainedConfig) -> list[str]:
-    """The query and value projections' names in this transformers version (DINOv2's were renamed in 5.x)."""
+    """The query and value projections' names in this transformers version (DINOv2's are q_proj, v_proj in 5.25)."""
     names = {name.rsplit(".", 1)[-1] for name, _ in transformers.AutoModel.from_config(config).named_modules()}
     return ["q_proj", "v_proj"] if "q_proj" in names else ["query", "value"]
 

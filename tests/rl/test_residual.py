@@ -228,7 +228,8 @@ def test_n_action_steps_sets_how_the_base_acts_in_training_and_in_the_teacher(bc
     result = train_residual(tiny_config(bc_checkpoint, tmp_path / "run", total_timesteps=60, n_action_steps=n))
     teacher = load_teacher(result["checkpoint"])
     assert teacher.base.chunk_execution() == {**own, "n_action_steps": n, "temporal_ensemble": False}
-    assert json.loads((Path(result["checkpoint"]) / "teacher.json").read_text())["chunk_execution"]["n_action_steps"] == n
+    recorded = json.loads((Path(result["checkpoint"]) / "teacher.json").read_text())["chunk_execution"]
+    assert recorded["n_action_steps"] == n
     # The teacher's base acts as `vlagym eval --n-action-steps n` of the checkpoint, and unlike its own setting.
     actions = {}
     for name, execution in (("teacher", None), ("eval", (n, False)), ("own", None)):

@@ -69,7 +69,8 @@ class BackboneConfig(Config):
     """dropout on the LoRA adapters' input"""
     lora_target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     """names of the modules that get adapters, matched in each pretrained model (each must have one of them):
-    q_proj v_proj (SigLIP, CLIP, DINOv2 in transformers 5.x), query value (BERT, DINOv2 in 4.x), convolution (ResNet)"""
+    q_proj v_proj (SigLIP, CLIP; DINOv2 in transformers 5.25), query value (BERT; DINOv2 in 4.x), convolution
+    (ResNet)"""
     dtype: str = "float32"
     """dtype of the pretrained models' weights: "float32", or "bfloat16" (meant for CUDA; runs on the CPU too,
     slower); LoRA adapters stay float32"""

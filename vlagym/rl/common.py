@@ -8,6 +8,13 @@ from typing import Any
 import vlagym
 
 
+def check_n_action_steps(n_action_steps: int | None, meta: dict[str, Any]) -> None:
+    """`ValueError` unless `n_action_steps` is None or fits the chunk of the checkpoint whose config.json is `meta`."""
+    chunk = (meta.get("config") or {}).get("chunk_size")
+    if isinstance(n_action_steps, int) and chunk is not None and n_action_steps > chunk:
+        raise ValueError(f"n_action_steps={n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
+
+
 def check_task_and_env_kwargs(task: Any, env_kwargs: Any, reserved: tuple[str, ...], why: str) -> str:
     """The registered task id (a "vlagym:" prefix dropped), after checking that `env_kwargs` is a JSON-serialisable
     dict setting none of the `reserved` keys (`why` says why they are)."""

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
 from vlagym.distributed import backend_problem
-from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
+from vlagym.rl.common import check_n_action_steps, check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import AugmentConfig
 
 logger = logging.getLogger(__name__)
@@ -226,9 +226,7 @@ class FilteredBCConfig(Config):
                 f"hindsight moves the task's target (reset option target_xy), which {self.task} cannot; tasks "
                 f"that can: {movable}"
             )
-        chunk = (meta.get("config") or {}).get("chunk_size")
-        if isinstance(self.n_action_steps, int) and chunk is not None and self.n_action_steps > chunk:
-            raise ValueError(f"n_action_steps={self.n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
+        check_n_action_steps(self.n_action_steps, meta)
         return meta
 
     def _check_numbers(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from vlagym.checks import check_float, check_int
 from vlagym.config import Config
 from vlagym.distributed import backend_problem
-from vlagym.rl.common import check_task_and_env_kwargs, read_base_checkpoint
+from vlagym.rl.common import check_n_action_steps, check_task_and_env_kwargs, read_base_checkpoint
 from vlagym.train.configs import DEVICES
 
 VECTORIZATION_MODES = ("sync", "pool")
@@ -116,9 +116,7 @@ class ResidualConfig(Config):
         )
         if self.n_action_steps is not None:
             check_int("n_action_steps", self.n_action_steps, 1)
-            chunk = (meta.get("config") or {}).get("chunk_size")
-            if chunk is not None and self.n_action_steps > chunk:
-                raise ValueError(f"n_action_steps={self.n_action_steps} must be <= the checkpoint's chunk_size={chunk}")
+        check_n_action_steps(self.n_action_steps, meta)
         self.task = check_task_and_env_kwargs(
             self.task, self.env_kwargs, RESERVED_ENV_KWARGS, "the observation settings are the checkpoint's"
         )
