@@ -280,8 +280,19 @@ def _model(run: _Run, device: torch.device) -> torch.nn.Module:
     return run.policy
 
 
+def hold_padded_actions(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch with its padded chunk steps turned into labels: no motion (the action entries but the last are
+    deltas in both control modes) and the demo's last gripper command (the dataset repeats the last action)."""
+    pad = batch["action_is_pad"]
+    action = batch["action"].clone()
+    action[..., :-1] = torch.where(pad[..., None], torch.zeros_like(action[..., :-1]), action[..., :-1])
+    return {**{k: v for k, v in batch.items() if k != "action_is_pad"}, "action": action}
+
+
 def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autocast: torch.autocast) -> _Step:
     """Forward, backward, clip, step the optimiser and the schedule, update the EMA."""
+    if run.cfg.padded_actions == "hold":
+        batch = hold_padded_actions(batch)
     with autocast:
         loss, metrics = model(batch)
     run.optimizer.zero_grad(set_to_none=True)

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import vlagym
 from vlagym.checks import check_float, check_int
@@ -24,6 +24,8 @@ from vlagym.train.lerobot.format import LeRobotMapping
 
 COMPRESSIONS = ("gzip", "lzf", "none")
 DEVICES = ("auto", "cpu", "cuda")
+PaddedActions = Literal["mask", "hold"]
+PADDED_ACTIONS = get_args(PaddedActions)
 CONFIG_SUFFIX = ".config.json"  # the config beside a demo file: FILE.hdf5.config.json
 # Set by DemoConfig's own fields; env_kwargs may not repeat them.
 RESERVED_ENV_KWARGS = ("obs_mode", "image_size", "cameras", "render_mode")
@@ -222,6 +224,10 @@ class BCConfig(Config):
     """AdamW weight decay of the weight matrices (biases, norms and embeddings' 1-d params get none)"""
     warmup_steps: int = 100
     """linear warmup from lr / warmup_steps to lr, then cosine decay to 0 at `steps`"""
+    padded_actions: PaddedActions = "mask"
+    """the chunk's steps past a demo's end: "mask" leaves them out of the loss; "hold" learns them as the arm
+    holding still with the gripper as the demo left it. The demos end on success, so "hold" teaches a closing
+    gripper command (the release of the place tasks) over the rest of the chunk instead of on one step"""
     grad_clip: float = 1.0
     """clip the global gradient norm to this (0: no clipping; the norm is logged either way)"""
     ema: float = 0.0
@@ -321,6 +327,8 @@ class BCConfig(Config):
         check_float("grad_clip", self.grad_clip, 0.0)
         check_float("ema", self.ema, 0.0, 1.0)
         check_float("preload_gb", self.preload_gb, 0.0)
+        if self.padded_actions not in PADDED_ACTIONS:
+            raise ValueError(f"padded_actions must be one of {list(PADDED_ACTIONS)}, got {self.padded_actions!r}")
         if self.ema == 1.0:
             raise ValueError(f"ema must be < 1 (1 would never move the weights), got {self.ema!r}")
 
@@ -330,6 +338,7 @@ __all__ = [
     "COMPRESSIONS",
     "CONFIG_SUFFIX",
     "DEVICES",
+    "PADDED_ACTIONS",
     "DemoConfig",
     "DemoError",
     "RESERVED_ENV_KWARGS",
