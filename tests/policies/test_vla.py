@@ -93,6 +93,19 @@ def test_l1_loss_ignores_padded_actions(tokenizer):
     assert not torch.equal(policy(changed)[0], loss)
 
 
+def test_l1_loss_ignores_padded_entries(tokenizer):
+    policy = tiny(tokenizer)
+    batch = make_batch()
+    batch["action_is_pad"] = torch.zeros(*batch["action"].shape, dtype=torch.bool)
+    batch["action_is_pad"][:, 2:, :-1] = True  # past step 2 only the last entry counts
+    loss, _ = policy(batch)
+    changed = dict(batch, action=batch["action"].clone())
+    changed["action"][:, 2:, :-1] += 100.0
+    assert torch.equal(policy(changed)[0], loss)
+    changed["action"][:, 2:, -1] += 1.0
+    assert not torch.equal(policy(changed)[0], loss)
+
+
 def test_flow_loss_ignores_padded_actions(tokenizer):
     policy = tiny(tokenizer, head="flow")
     batch = make_batch()

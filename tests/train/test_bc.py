@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from vlagym.eval.evaluate import checkpoint_success_rate
 from vlagym.policies import VLAConfig, load_policy
-from vlagym.train.bc import BCConfig, hold_padded_actions, lr_factor, train_bc
+from vlagym.train.bc import BCConfig, label_padded_actions, lr_factor, train_bc
 from vlagym.train.demos import DemoConfig, collect_demos
 from vlagym.train.run_files import STATE_NAME, latest_checkpoint
 from vlagym.wrappers.language import split_words
@@ -235,24 +235,32 @@ def test_bad_config_raises_quoting_the_value(pick_demos, tmp_path, field, value,
     assert quoted in str(err.value)
 
 
-def test_hold_turns_padded_steps_into_still_arm_and_last_gripper_labels():
+def test_padded_steps_become_gripper_or_still_arm_labels():
     last = torch.tensor([0.3, -0.2, 0.1, 0.05, 0.0, -0.1, -1.0])  # the release: gripper open
     action = torch.stack([torch.full((7,), 0.5), last, last, last]).unsqueeze(0)  # a chunk of 4, 2 steps padded
     pad = torch.tensor([[False, False, True, True]])
-    held = hold_padded_actions({"action": action, "action_is_pad": pad, "instruction": ["x"]})
+    batch = {"action": action, "action_is_pad": pad, "instruction": ["x"]}
+    assert label_padded_actions(batch, "mask") is batch
+    gripper = label_padded_actions(batch, "gripper")
+    assert torch.equal(gripper["action"], action) and gripper["instruction"] == ["x"]
+    assert gripper["action_is_pad"].shape == (1, 4, 7)
+    assert not gripper["action_is_pad"][0, :2].any() and not gripper["action_is_pad"][0, 2:, -1].any()
+    assert gripper["action_is_pad"][0, 2:, :-1].all()  # the motion past the end stays out of the loss
+    held = label_padded_actions(batch, "hold")
     assert "action_is_pad" not in held and held["instruction"] == ["x"]
     assert torch.equal(held["action"][0, :2], action[0, :2])
     assert torch.equal(held["action"][0, 2:], torch.tensor([[0.0] * 6 + [-1.0]] * 2))
-    assert torch.equal(action[0, 2], last)  # the input batch is left as it was
+    assert torch.equal(action[0, 2], last) and batch["action_is_pad"] is pad  # the input batch is left as it was
 
 
-def test_hold_learns_the_padded_steps(pick_demos, tmp_path):
+@pytest.mark.parametrize("mode", ["gripper", "hold"])
+def test_padded_steps_enter_the_loss(pick_demos, tmp_path, mode):
     # 32 of the ~80 samples per step: the batches hold padded chunks (the last 3 frames of each episode).
     kwargs = dict(steps=2, batch_size=32, checkpoint_every=0)
     masked = train_bc(tiny_config(pick_demos, tmp_path / "mask", **kwargs))
-    held = train_bc(tiny_config(pick_demos, tmp_path / "hold", padded_actions="hold", **kwargs))
-    assert masked["losses"][0] != held["losses"][0]  # the same first batch, more labels in the loss
-    assert json.loads((tmp_path / "hold" / "bc_config.json").read_text())["padded_actions"] == "hold"
+    labelled = train_bc(tiny_config(pick_demos, tmp_path / mode, padded_actions=mode, **kwargs))
+    assert masked["losses"][0] != labelled["losses"][0]  # the same first batch, more labels in the loss
+    assert json.loads((tmp_path / mode / "bc_config.json").read_text())["padded_actions"] == mode
 
 
 def test_batch_larger_than_dataset_raises(pick_demos, tmp_path):

@@ -4,8 +4,9 @@ Face encoders can replace the CNNs and the instruction transformer (`vlagym.poli
 
 Batches use the keys of `vlagym.train.dataset.DemoDataset`: ``observation.images.<camera>`` uint8 ``(B, 3, H, W)``,
 ``observation.proprio`` ``(B, 23)``, ``instruction`` (list of str) or ``instruction_tokens`` ``(B, L)`` int64,
-and for training ``action`` ``(B, K, A)`` in env units with ``action_is_pad`` ``(B, K)``. Proprio and actions are
-normalised inside the model with statistics held in buffers (`set_stats`), so a checkpoint is self-contained.
+and for training ``action`` ``(B, K, A)`` in env units with ``action_is_pad`` ``(B, K)`` (or ``(B, K, A)``, per
+entry). Proprio and actions are normalised inside the model with statistics held in buffers (`set_stats`), so a
+checkpoint is self-contained.
 """
 
 from __future__ import annotations
@@ -260,20 +261,17 @@ class VLAPolicy(nn.Module):
         if target.shape[1:] != (cfg.chunk_size, cfg.action_dim):
             raise ValueError(f"action must be (B, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(target.shape)}")
         target = (target - self.action_offset) / self.action_scale
-        pad = batch.get("action_is_pad")
-        valid = (
-            torch.ones(target.shape[:2], device=self.device)
-            if pad is None
-            else (~torch.as_tensor(pad, device=self.device, dtype=torch.bool)).float()
-        )
-        denom = (valid.sum() * cfg.action_dim).clamp_min(1.0)
+        pad = batch.get("action_is_pad")  # (B, K), or (B, K, A) to leave out single entries
+        pad = torch.zeros(target.shape[:2], dtype=torch.bool) if pad is None else torch.as_tensor(pad).bool()
+        valid = (~(pad if pad.dim() == 3 else pad[..., None])).to(self.device).expand_as(target).float()
+        denom = valid.sum().clamp_min(1.0)
         if cfg.head == "l1":
             pred = self.head(feats).view_as(target)
-            loss = ((pred - target).abs() * valid[..., None]).sum() / denom
+            loss = ((pred - target).abs() * valid).sum() / denom
             return loss, {"loss": loss.item(), "l1": loss.item()}
         # Padded slots enter the flow head's input (the whole noisy chunk), so their values must not matter:
         # they become 0, the mean action in normalised units.
-        target = torch.where(valid[..., None].bool(), target, torch.zeros_like(target))
+        target = torch.where(valid.bool(), target, torch.zeros_like(target))
         b = target.shape[0]
         if cfg.flow_time_sampling == "uniform":
             t = torch.rand(b, device=self.device)
@@ -283,7 +281,7 @@ class VLAPolicy(nn.Module):
         tt = t[:, None, None]
         x_t = tt * target + (1 - tt) * noise  # t = 0: noise, t = 1: data
         err = (self._velocity(feats, x_t, t) - (target - noise)) ** 2
-        loss = (err * valid[..., None]).sum() / denom
+        loss = (err * valid).sum() / denom
         return loss, {"loss": loss.item(), "flow_mse": loss.item()}
 
     # ------------------------------------------------------------------ acting

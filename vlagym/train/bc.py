@@ -280,10 +280,19 @@ def _model(run: _Run, device: torch.device) -> torch.nn.Module:
     return run.policy
 
 
-def hold_padded_actions(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch with its padded chunk steps turned into labels: no motion (the action entries but the last are
-    deltas in both control modes) and the demo's last gripper command (the dataset repeats the last action)."""
+def label_padded_actions(batch: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The batch with the padded chunk steps past a demo's end turned into labels (`BCConfig.padded_actions`).
+
+    The dataset repeats the demo's last action there. "gripper": its gripper command (the last entry) becomes a
+    label, the motion stays out of the loss; "hold": the whole step becomes one, with no motion (the other entries
+    are deltas in both control modes). "mask": the batch as it is."""
+    if mode == "mask":
+        return batch
     pad = batch["action_is_pad"]
+    if mode == "gripper":
+        entries = pad[..., None].expand(*pad.shape, batch["action"].shape[-1]).clone()
+        entries[..., -1] = False
+        return {**batch, "action_is_pad": entries}
     action = batch["action"].clone()
     action[..., :-1] = torch.where(pad[..., None], torch.zeros_like(action[..., :-1]), action[..., :-1])
     return {**{k: v for k, v in batch.items() if k != "action_is_pad"}, "action": action}
@@ -291,8 +300,7 @@ def hold_padded_actions(batch: dict[str, Any]) -> dict[str, Any]:
 
 def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autocast: torch.autocast) -> _Step:
     """Forward, backward, clip, step the optimiser and the schedule, update the EMA."""
-    if run.cfg.padded_actions == "hold":
-        batch = hold_padded_actions(batch)
+    batch = label_padded_actions(batch, run.cfg.padded_actions)
     with autocast:
         loss, metrics = model(batch)
     run.optimizer.zero_grad(set_to_none=True)
