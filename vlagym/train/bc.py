@@ -284,18 +284,13 @@ def label_padded_actions(batch: dict[str, Any], mode: str) -> dict[str, Any]:
     """The batch with the padded chunk steps past a demo's end turned into labels (`BCConfig.padded_actions`).
 
     The dataset repeats the demo's last action there. "gripper": its gripper command (the last entry) becomes a
-    label, the motion stays out of the loss; "hold": the whole step becomes one, with no motion (the other entries
-    are deltas in both control modes). "mask": the batch as it is."""
+    label, the motion stays out of the loss (`action_is_pad` per entry); "mask": the batch as it is."""
     if mode == "mask":
         return batch
     pad = batch["action_is_pad"]
-    if mode == "gripper":
-        entries = pad[..., None].expand(*pad.shape, batch["action"].shape[-1]).clone()
-        entries[..., -1] = False
-        return {**batch, "action_is_pad": entries}
-    action = batch["action"].clone()
-    action[..., :-1] = torch.where(pad[..., None], torch.zeros_like(action[..., :-1]), action[..., :-1])
-    return {**{k: v for k, v in batch.items() if k != "action_is_pad"}, "action": action}
+    entries = pad[..., None].expand(*pad.shape, batch["action"].shape[-1]).clone()
+    entries[..., -1] = False
+    return {**batch, "action_is_pad": entries}
 
 
 def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autocast: torch.autocast) -> _Step:

@@ -24,7 +24,7 @@ from vlagym.train.lerobot.format import LeRobotMapping
 
 COMPRESSIONS = ("gzip", "lzf", "none")
 DEVICES = ("auto", "cpu", "cuda")
-PaddedActions = Literal["mask", "gripper", "hold"]
+PaddedActions = Literal["mask", "gripper"]
 PADDED_ACTIONS = get_args(PaddedActions)
 CONFIG_SUFFIX = ".config.json"  # the config beside a demo file: FILE.hdf5.config.json
 # Set by DemoConfig's own fields; env_kwargs may not repeat them.
@@ -226,8 +226,8 @@ class BCConfig(Config):
     """linear warmup from lr / warmup_steps to lr, then cosine decay to 0 at `steps`"""
     padded_actions: PaddedActions = "mask"
     """the chunk's steps past a demo's end: "mask" leaves them out of the loss; "gripper" learns their gripper
-    command, the one the demo ended with; "hold" learns them as a still arm with that gripper command. The demos
-    end on success, so the place tasks' release, one step per demo, becomes a label on the rest of the chunk"""
+    command, the one the demo ended with, and leaves their motion out. The demos end on success, so the place
+    tasks' release, one step per demo, becomes a label on the rest of the chunk (docs/multitask.md)"""
     grad_clip: float = 1.0
     """clip the global gradient norm to this (0: no clipping; the norm is logged either way)"""
     ema: float = 0.0
