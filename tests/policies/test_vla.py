@@ -150,6 +150,22 @@ def test_film_words_condition_the_images_on_the_bag_of_the_words_training_saw(to
     assert not hasattr(tiny(tokenizer), "film_words")  # off by default: FiLM reads the instruction encoder
 
 
+def test_film_text_adds_the_order_the_bag_of_words_loses(tokenizer):
+    policy = tiny(tokenizer, film_words=True, film_text=True).train()
+    texts = ["put the red block on the blue block", "put the blue block on the red block"]
+    policy.features(make_batch(b=2, instructions=texts))
+    policy.eval()
+    seen = []
+    front = policy.vision["front"]
+    front.forward = lambda images, cond: (seen.append(cond), type(front).forward(front, images, cond))[1]
+    policy.features(make_batch(b=2, instructions=texts))
+    ids = policy.tokenize(texts)
+    bag = policy._bag_of_words(ids)
+    assert torch.allclose(bag[0], bag[1], atol=1e-6)  # the same words
+    assert torch.allclose(seen[0], bag + policy.text(ids), atol=1e-6)
+    assert not torch.allclose(seen[0][0], seen[0][1], atol=1e-3)  # the order reaches the image encoders
+
+
 def test_select_action_uses_the_queue_and_reset_clears_it(tokenizer):
     policy = tiny(tokenizer, n_action_steps=3)
     batch = make_batch(b=2)
@@ -283,6 +299,7 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(temporal_ensemble=True, n_action_steps=2), "2"),
         (dict(vision_channels=(8, -1)), "-1"),
         (dict(film_words=1), "film_words"),
+        (dict(film_text=True), "film_text"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):

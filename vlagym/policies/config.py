@@ -243,6 +243,9 @@ class VLAConfig(Config):
     """FiLM-condition the image encoders on a bag of words (the mean of the instruction words' own embeddings, a
     table of their own) instead of the instruction encoder's output: additive over the words, so a colour and a
     kind learned on different objects modulate the image together (docs/generalization.md)."""
+    film_text: bool = False
+    """With `film_words`: FiLM reads the bag of words plus the instruction encoder's output. The bag has no word
+    order, so it cannot tell "the red block on the blue one" from "the blue block on the red one"; the encoder can."""
     trunk_layers: int = 2
     """Hidden layers of the trunk MLP over the concatenated camera, instruction and proprio features."""
     flow_steps: int = 10
@@ -296,9 +299,11 @@ class VLAConfig(Config):
         _choice("head", self.head, HEADS)
         _choice("flow_time_sampling", self.flow_time_sampling, FLOW_TIME_SAMPLINGS)
         _choice("normalization", self.normalization, NORMALIZATIONS)
-        for name in ("temporal_ensemble", "film", "film_words", "binary_gripper"):
+        for name in ("temporal_ensemble", "film", "film_words", "film_text", "binary_gripper"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.film_text and not self.film_words:
+            raise ValueError("film_text adds the instruction encoder to film_words' bag of words: set film_words too")
         if not (isinstance(self.ensemble_coeff, (int, float)) and math.isfinite(self.ensemble_coeff)):
             raise ValueError(f"ensemble_coeff must be a finite number, got {self.ensemble_coeff!r}")
         if self.n_action_steps is None:

@@ -226,6 +226,8 @@ class VLAPolicy(nn.Module):
         ids = self._tokens(batch)
         text = self.text(ids)
         cond = self._bag_of_words(ids) if self.config.film_words else text
+        if self.config.film_text:
+            cond = cond + text
         proprio = torch.as_tensor(batch[PROPRIO_KEY], device=self.device).float()
         proprio = (proprio - self.proprio_offset) / self.proprio_scale
         if isinstance(self.vision, PretrainedVision):
