@@ -246,6 +246,10 @@ class VLAConfig(Config):
     film_text: bool = False
     """With `film_words`: FiLM reads the bag of words plus the instruction encoder's output. The bag has no word
     order, so it cannot tell "the red block on the blue one" from "the blue block on the red one"; the encoder can."""
+    text_queries: int = 0
+    """Attention heads over each camera's last feature map, queried by the instruction encoder's output (which keeps
+    the word order): each adds where its attention falls and what it gathers to the camera's features, so the
+    instruction can point at one of two named objects (e.g. the block to move, not the one to build on). 0: none."""
     trunk_layers: int = 2
     """Hidden layers of the trunk MLP over the concatenated camera, instruction and proprio features."""
     flow_steps: int = 10
@@ -286,6 +290,8 @@ class VLAConfig(Config):
             _positive_int(name, getattr(self, name))
         for name in ("max_tokens", "flow_steps", "trunk_layers"):
             _positive_int(name, getattr(self, name))
+        if isinstance(self.text_queries, bool) or not isinstance(self.text_queries, int) or self.text_queries < 0:
+            raise ValueError(f"text_queries must be an integer >= 0, got {self.text_queries!r}")
         if isinstance(self.text_layers, bool) or not isinstance(self.text_layers, int) or self.text_layers < 0:
             raise ValueError(f"text_layers must be an integer >= 0, got {self.text_layers!r}")
         if self.hidden_dim % self.text_heads:
@@ -302,6 +308,8 @@ class VLAConfig(Config):
         for name in ("temporal_ensemble", "film", "film_words", "film_text", "binary_gripper"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.text_queries and self.backbone.vision_model is not None:
+            raise ValueError("text_queries attends over vlagym's own CNN maps: a backbone.vision_model has none")
         if self.film_text and not self.film_words:
             raise ValueError("film_text adds the instruction encoder to film_words' bag of words: set film_words too")
         if not (isinstance(self.ensemble_coeff, (int, float)) and math.isfinite(self.ensemble_coeff)):
