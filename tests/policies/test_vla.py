@@ -203,6 +203,17 @@ def test_text_queries_read_the_word_order(tokenizer):
     assert train(policy, make_batch(b=2, instructions=texts), 30)[-1] < train(tiny(tokenizer), make_batch(), 1)[0]
 
 
+def test_text_position_std_lets_the_instruction_encoder_see_the_word_order(tokenizer):
+    texts = ["put the red block on the blue block", "put the blue block on the red block"]
+    apart = {}
+    for std in (0.02, 1.0):
+        with torch.no_grad():
+            policy = tiny(tokenizer, text_position_std=std).eval()
+            e = policy.text(policy.tokenize(texts))
+        apart[std] = float((e[0] - e[1]).norm() / e[0].norm())
+    assert apart[1.0] > 5 * apart[0.02]  # same words, swapped: the positions tell them apart
+
+
 def test_select_action_uses_the_queue_and_reset_clears_it(tokenizer):
     policy = tiny(tokenizer, n_action_steps=3)
     batch = make_batch(b=2)
@@ -338,6 +349,7 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(film_words=1), "film_words"),
         (dict(film_text=True), "film_text"),
         (dict(text_queries=-1), "-1"),
+        (dict(text_position_std=float("nan")), "nan"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):

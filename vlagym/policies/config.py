@@ -235,6 +235,10 @@ class VLAConfig(Config):
     """Transformer encoder layers over the instruction tokens."""
     text_heads: int = 4
     """Attention heads of the instruction encoder (must divide hidden_dim)."""
+    text_position_std: float = 0.02
+    """Initial scale of the instruction encoder's position embeddings; its word embeddings start at 1. At 0.02 the
+    trained encoder hardly tells "the red block on the blue block" from "the blue block on the red block" (its
+    outputs ~1% apart); at 1.0, ~50% (docs/multitask.md, session 42)."""
     max_tokens: int = 16
     """Instruction length in tokens (longer instructions are truncated)."""
     film: bool = True
@@ -290,6 +294,8 @@ class VLAConfig(Config):
             _positive_int(name, getattr(self, name))
         for name in ("max_tokens", "flow_steps", "trunk_layers"):
             _positive_int(name, getattr(self, name))
+        if not (isinstance(self.text_position_std, (int, float)) and 0 <= self.text_position_std < math.inf):
+            raise ValueError(f"text_position_std must be a finite number >= 0, got {self.text_position_std!r}")
         if isinstance(self.text_queries, bool) or not isinstance(self.text_queries, int) or self.text_queries < 0:
             raise ValueError(f"text_queries must be an integer >= 0, got {self.text_queries!r}")
         if isinstance(self.text_layers, bool) or not isinstance(self.text_layers, int) or self.text_layers < 0:

@@ -11,10 +11,10 @@ from vlagym.wrappers.language import PAD_ID
 class InstructionEncoder(nn.Module):
     """Token + position embeddings, a small transformer encoder, mean pool over the non-padding tokens."""
 
-    def __init__(self, vocab_size: int, max_tokens: int, dim: int, layers: int, heads: int):
+    def __init__(self, vocab_size: int, max_tokens: int, dim: int, layers: int, heads: int, position_std: float = 0.02):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, dim, padding_idx=PAD_ID)
-        self.positions = nn.Parameter(torch.randn(max_tokens, dim) * 0.02)
+        self.positions = nn.Parameter(torch.randn(max_tokens, dim) * position_std)
         self.encoder = (
             nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(
