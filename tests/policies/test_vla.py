@@ -144,7 +144,7 @@ def test_film_words_condition_the_images_on_the_bag_of_the_words_training_saw(to
     assert not torch.allclose(bag[0], bag[3], atol=1e-3)
     seen = []
     front = policy.vision["front"]
-    front.forward = lambda images, cond, *q: (seen.append(cond), type(front).forward(front, images, cond, *q))[1]
+    front.forward = lambda images, cond: (seen.append(cond), type(front).forward(front, images, cond))[1]
     policy.features(make_batch(b=4, instructions=texts))
     assert torch.equal(seen[0], bag)  # what FiLM reads
     assert not hasattr(tiny(tokenizer), "film_words")  # off by default: FiLM reads the instruction encoder
@@ -157,50 +157,13 @@ def test_film_text_adds_the_order_the_bag_of_words_loses(tokenizer):
     policy.eval()
     seen = []
     front = policy.vision["front"]
-    front.forward = lambda images, cond, *q: (seen.append(cond), type(front).forward(front, images, cond, *q))[1]
+    front.forward = lambda images, cond: (seen.append(cond), type(front).forward(front, images, cond))[1]
     policy.features(make_batch(b=2, instructions=texts))
     ids = policy.tokenize(texts)
     bag = policy._bag_of_words(ids)
     assert torch.allclose(bag[0], bag[1], atol=1e-6)  # the same words
     assert torch.allclose(seen[0], bag + policy.text(ids), atol=1e-6)
     assert not torch.allclose(seen[0][0], seen[0][1], atol=1e-3)  # the order reaches the image encoders
-
-
-def test_queried_pool_points_where_its_query_matches():
-    from vlagym.policies.vla import _queried_pool
-
-    x = torch.randn(2, 16, 4, 4)
-    where, gathered = _queried_pool(x, torch.zeros(2, 3, 16))  # a zero query attends uniformly
-    assert torch.allclose(where, torch.zeros(2, 6), atol=1e-6)
-    assert torch.allclose(gathered.view(2, 3, 16), x.mean(dim=(-2, -1))[:, None].expand(2, 3, 16), atol=1e-6)
-    x = torch.zeros(1, 16, 4, 4)
-    x[0, 5, 1, 3] = 50.0  # row 1 (y = -1/3), column 3 (x = 1)
-    q = torch.zeros(1, 1, 16)
-    q[0, 0, 5] = 1.0
-    where, gathered = _queried_pool(x, q)
-    assert torch.allclose(where, torch.tensor([[1.0, -1 / 3]]), atol=1e-3)
-    assert gathered[0, 5] == pytest.approx(50.0, rel=1e-3)
-
-
-def test_text_queries_read_the_word_order(tokenizer):
-    policy = tiny(tokenizer, film_words=True, text_queries=2)
-    front = policy.vision["front"]
-    assert front.proj.in_features == 3 * 16 + 2 * (2 + 16)
-    texts = ["put the red block on the blue block", "put the blue block on the red block"]
-    batch = make_batch(b=2, instructions=texts)
-    batch["observation.images.front"] = batch["observation.images.front"][:1].expand(2, -1, -1, -1)
-    policy.train()
-    policy.features(batch)  # marks the words as seen
-    policy.eval()
-    images = policy._images(batch, "front")
-    bag = policy._bag_of_words(policy.tokenize(texts))
-    with torch.no_grad():
-        same = front(images, bag, policy.text(policy.tokenize(texts)))
-        assert torch.allclose(same[0], same[1], atol=1e-6)  # zero-initialised queries: the order does not matter yet
-        torch.nn.init.normal_(front.query.weight)
-        swapped = front(images, bag, policy.text(policy.tokenize(texts)))
-    assert not torch.allclose(swapped[0], swapped[1], atol=1e-3)  # same image, same bag: the order alone
-    assert train(policy, make_batch(b=2, instructions=texts), 30)[-1] < train(tiny(tokenizer), make_batch(), 1)[0]
 
 
 def test_text_position_std_lets_the_instruction_encoder_see_the_word_order(tokenizer):
@@ -348,7 +311,6 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(vision_channels=(8, -1)), "-1"),
         (dict(film_words=1), "film_words"),
         (dict(film_text=True), "film_text"),
-        (dict(text_queries=-1), "-1"),
         (dict(text_position_std=float("nan")), "nan"),
     ],
 )

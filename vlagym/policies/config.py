@@ -238,7 +238,7 @@ class VLAConfig(Config):
     text_position_std: float = 0.02
     """Initial scale of the instruction encoder's position embeddings; its word embeddings start at 1. At 0.02 the
     trained encoder hardly tells "the red block on the blue block" from "the blue block on the red block" (its
-    outputs ~1% apart); at 1.0, ~50% (docs/multitask.md, session 42)."""
+    outputs 0.2-1.2% apart); at 1.0, 46-57% (docs/multitask.md). 0.02 is the default the quickstart measured."""
     max_tokens: int = 16
     """Instruction length in tokens (longer instructions are truncated)."""
     film: bool = True
@@ -249,11 +249,8 @@ class VLAConfig(Config):
     kind learned on different objects modulate the image together (docs/generalization.md)."""
     film_text: bool = False
     """With `film_words`: FiLM reads the bag of words plus the instruction encoder's output. The bag has no word
-    order, so it cannot tell "the red block on the blue one" from "the blue block on the red one"; the encoder can."""
-    text_queries: int = 0
-    """Attention heads over each camera's last feature map, queried by the instruction encoder's output (which keeps
-    the word order): each adds where its attention falls and what it gathers to the camera's features, so the
-    instruction can point at one of two named objects (e.g. the block to move, not the one to build on). 0: none."""
+    order, so it cannot tell "the red block on the blue one" from "the blue block on the red one"; the encoder can,
+    with `text_position_std` 1 (StackBlocks alone: 4% -> 44%, docs/multitask.md)."""
     trunk_layers: int = 2
     """Hidden layers of the trunk MLP over the concatenated camera, instruction and proprio features."""
     flow_steps: int = 10
@@ -296,8 +293,6 @@ class VLAConfig(Config):
             _positive_int(name, getattr(self, name))
         if not (isinstance(self.text_position_std, (int, float)) and 0 <= self.text_position_std < math.inf):
             raise ValueError(f"text_position_std must be a finite number >= 0, got {self.text_position_std!r}")
-        if isinstance(self.text_queries, bool) or not isinstance(self.text_queries, int) or self.text_queries < 0:
-            raise ValueError(f"text_queries must be an integer >= 0, got {self.text_queries!r}")
         if isinstance(self.text_layers, bool) or not isinstance(self.text_layers, int) or self.text_layers < 0:
             raise ValueError(f"text_layers must be an integer >= 0, got {self.text_layers!r}")
         if self.hidden_dim % self.text_heads:
@@ -314,8 +309,6 @@ class VLAConfig(Config):
         for name in ("temporal_ensemble", "film", "film_words", "film_text", "binary_gripper"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.text_queries and self.backbone.vision_model is not None:
-            raise ValueError("text_queries attends over vlagym's own CNN maps: a backbone.vision_model has none")
         if self.film_text and not self.film_words:
             raise ValueError("film_text adds the instruction encoder to film_words' bag of words: set film_words too")
         if not (isinstance(self.ensemble_coeff, (int, float)) and math.isfinite(self.ensemble_coeff)):

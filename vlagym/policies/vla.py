@@ -60,7 +60,7 @@ class FiLMConvEncoder(nn.Module):
     an average pool alone throws position away, and a policy must know where the named object stands.
     """
 
-    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool, queries: int = 0):
+    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool):
         super().__init__()
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         self.films = nn.ModuleList() if film else None
@@ -75,14 +75,9 @@ class FiLMConvEncoder(nn.Module):
                 nn.init.zeros_(f.bias)
                 self.films.append(f)
             c_in = c
-        self.queries = queries
-        if queries:  # zero init: every query attends uniformly at first (the mean pool and the centre)
-            self.query = nn.Linear(cond_dim, queries * c_in)
-            nn.init.zeros_(self.query.weight)
-            nn.init.zeros_(self.query.bias)
-        self.proj = nn.Linear(3 * c_in + queries * (2 + c_in), out_dim)
+        self.proj = nn.Linear(3 * c_in, out_dim)
 
-    def forward(self, images: Tensor, cond: Tensor, query: Tensor | None = None) -> Tensor:
+    def forward(self, images: Tensor, cond: Tensor) -> Tensor:
         x = images
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
             x = norm(conv(x))
@@ -90,20 +85,7 @@ class FiLMConvEncoder(nn.Module):
                 gamma, beta = self.films[i](cond).chunk(2, dim=-1)
                 x = x * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
             x = F.gelu(x)
-        parts = [_spatial_softmax(x), x.mean(dim=(-2, -1))]
-        if self.queries:
-            parts += _queried_pool(x, self.query(query).view(x.shape[0], self.queries, x.shape[1]))
-        return self.proj(torch.cat(parts, dim=-1))
-
-
-def _queried_pool(x: Tensor, q: Tensor) -> list[Tensor]:
-    """(B, C, H, W) maps and (B, Q, C) queries -> the (x, y) position each query's softmax attention expects,
-    (B, 2Q), and the features it gathers, (B, QC)."""
-    b, c, h, w = x.shape
-    attention = torch.softmax(torch.einsum("bqc,bcp->bqp", q, x.flatten(2)) / math.sqrt(c), dim=-1)
-    grid = torch.stack(torch.meshgrid(*(torch.linspace(-1.0, 1.0, n, dtype=x.dtype) for n in (h, w)), indexing="ij"))
-    where = torch.einsum("bqp,kp->bqk", attention, grid.flip(0).flatten(1).to(x.device))  # (x, y)
-    return [where.flatten(1), torch.einsum("bqp,bcp->bqc", attention, x.flatten(2)).flatten(1)]
+        return self.proj(torch.cat([_spatial_softmax(x), x.mean(dim=(-2, -1))], dim=-1))
 
 
 def _spatial_softmax(x: Tensor) -> Tensor:
@@ -156,7 +138,7 @@ class VLAPolicy(nn.Module):
             self.vision = PretrainedVision(bb, cfg.cameras, cfg.image_size, h, cfg.film, pretrained)
         else:
             self.vision = nn.ModuleDict(
-                {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film, cfg.text_queries) for cam in cfg.cameras}
+                {cam: FiLMConvEncoder(cfg.vision_channels, h, h, cfg.film) for cam in cfg.cameras}
             )
         if cfg.film_words:  # the words training saw (a word no demo says carries no meaning: left out)
             self.film_words = nn.Embedding(self.tokenizer.vocab_size, h, padding_idx=PAD_ID)
@@ -251,7 +233,7 @@ class VLAPolicy(nn.Module):
         if isinstance(self.vision, PretrainedVision):
             parts = self.vision([self._images(batch, cam) for cam in self.config.cameras], cond)
         else:
-            parts = [self.vision[cam](self._images(batch, cam), cond, text) for cam in self.config.cameras]
+            parts = [self.vision[cam](self._images(batch, cam), cond) for cam in self.config.cameras]
         return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
 
     def mark_words(self, instructions: Sequence[str]) -> None:
