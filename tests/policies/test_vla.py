@@ -312,6 +312,7 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(film_words=1), "film_words"),
         (dict(film_text=True), "film_text"),
         (dict(text_position_std=float("nan")), "nan"),
+        (dict(text_position_std=True), "True"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):

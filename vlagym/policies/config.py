@@ -291,7 +291,8 @@ class VLAConfig(Config):
             _positive_int(name, getattr(self, name))
         for name in ("max_tokens", "flow_steps", "trunk_layers"):
             _positive_int(name, getattr(self, name))
-        if not (isinstance(self.text_position_std, (int, float)) and 0 <= self.text_position_std < math.inf):
+        std = self.text_position_std
+        if isinstance(std, bool) or not (isinstance(std, (int, float)) and 0 <= std < math.inf):
             raise ValueError(f"text_position_std must be a finite number >= 0, got {self.text_position_std!r}")
         if isinstance(self.text_layers, bool) or not isinstance(self.text_layers, int) or self.text_layers < 0:
             raise ValueError(f"text_layers must be an integer >= 0, got {self.text_layers!r}")
