@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import h5py
 import pytest
@@ -19,7 +21,7 @@ from safetensors.torch import load_file
 
 from vlagym.eval.evaluate import checkpoint_success_rate
 from vlagym.policies import VLAConfig, load_policy
-from vlagym.train.bc import BCConfig, label_padded_actions, lr_factor, train_bc
+from vlagym.train.bc import BCConfig, _log_step, label_padded_actions, lr_factor, train_bc
 from vlagym.train.demos import DemoConfig, collect_demos
 from vlagym.train.run_files import STATE_NAME, latest_checkpoint
 from vlagym.wrappers.language import split_words
@@ -290,6 +292,25 @@ def test_dataloader_workers_and_preloading_do_not_change_the_result(pick_demos, 
         assert ("demos preloaded" in caplog.text) == ("preload_gb" not in options), name
     for name in ("workers", "from-files", "from-files-workers"):
         assert_identical(results["default"], results[name])
+
+
+def test_demos_over_the_preload_budget_are_read_from_the_files_with_a_warning(pick_demos, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="vlagym.train.bc"):
+        train_bc(tiny_config(pick_demos, tmp_path / "run", steps=2, checkpoint_every=0, preload_gb=1e-6))
+    assert "demos preloaded" not in caplog.text
+    assert "over preload_gb=1e-06" in caplog.text and "--preload-gb" in caplog.text
+
+
+def test_throughput_counts_only_the_steps_this_process_ran():
+    # A run resumed at step 10 and logging at step 20, 2 s after it started: 10 steps of 8 samples in 2 s, not 20.
+    logged = {}
+    writer = SimpleNamespace(add_scalar=lambda name, value, step: logged.__setitem__(name, value))
+    run = SimpleNamespace(
+        cfg=SimpleNamespace(batch_size=8), world=1, scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3])
+    )
+    result = SimpleNamespace(metrics={"loss": 1.0}, grad_norm=torch.tensor(1.0))
+    _log_step(writer, run, 20, result, time.perf_counter() - 2.0, start=10)
+    assert 39.0 < logged["train/samples_per_s"] <= 40.0
 
 
 def test_film_words_checkpoint_marks_every_word_of_the_demos(pick_demos, tmp_path):

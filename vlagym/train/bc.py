@@ -233,6 +233,13 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
     if cfg.preload_gb > 0 and dataset.nbytes <= cfg.preload_gb * 1e9:
         dataset.preload()
         logger.info("demos preloaded: %.2f GB in memory", dataset.nbytes / 1e9)
+    elif cfg.preload_gb > 0:  # 1.47x slower on a 2-core machine (docs/multitask.md, session 43): say so
+        logger.warning(
+            "demos take %.2f GB decoded, over preload_gb=%g: every sample is read from the files, which is slower; "
+            "a larger preload_gb (--preload-gb) reads them into memory if it holds them",
+            dataset.nbytes / 1e9,
+            cfg.preload_gb,
+        )
     sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
     batches_per_epoch = len(sampler) // cfg.batch_size
     if batches_per_epoch == 0:
@@ -336,13 +343,14 @@ def _save_and_evaluate(
     return folder, success_rate
 
 
-def _log_step(writer: Any, run: _Run, step: int, result: _Step, t0: float) -> None:
-    """TensorBoard scalars of a step: the loss terms, lr, gradient norm and throughput."""
+def _log_step(writer: Any, run: _Run, step: int, result: _Step, t0: float, start: int) -> None:
+    """TensorBoard scalars of a step: the loss terms, lr, gradient norm and the throughput since `start`, the step
+    this process began at at time `t0` (a resumed run's steps before it took no time here)."""
     for name, value in result.metrics.items():
         writer.add_scalar(f"train/{name}", value, step)
     writer.add_scalar("train/lr", run.scheduler.get_last_lr()[0], step)
     writer.add_scalar("train/grad_norm", float(result.grad_norm), step)
-    samples = step * run.cfg.batch_size * run.world
+    samples = (step - start) * run.cfg.batch_size * run.world
     writer.add_scalar("train/samples_per_s", samples / (time.perf_counter() - t0), step)
 
 
@@ -389,7 +397,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int, evaluator
     )
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
     success_rate, ckpt, history = None, latest_checkpoint(run.out), []
-    t0 = time.perf_counter()
+    t0, start = time.perf_counter(), step
     while step < cfg.steps:
         epoch, skip = divmod(step, run.batches_per_epoch)
         for batch in _epoch_loader(run.dataset, run.sampler, epoch, skip, cfg):
@@ -399,7 +407,7 @@ def _train(cfg: BCConfig, device: torch.device, rank: int, world: int, evaluator
             bar.update(1)
             done = step == cfg.steps
             if writer is not None and (step % cfg.log_every == 0 or done):
-                _log_step(writer, run, step, result, t0)
+                _log_step(writer, run, step, result, t0, start)
                 bar.set_postfix(loss=f"{result.loss:.4f}")
             evaluate = cfg.eval_every > 0 and (step % cfg.eval_every == 0 or done)
             if done or evaluate or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
