@@ -27,8 +27,11 @@ TOLERANCE = 1e-4  # env units (actions lie in [-1, 1]); float32 kernels differ i
 
 def make_checkpoint(folder: Path, head: str) -> Path:
     torch.manual_seed(0)
-    # The flow checkpoint also conditions FiLM on a bag of words, so the export covers both conditionings.
-    policy = VLAPolicy(VLAConfig(head=head, film_words=head == "flow", **TINY), Tokenizer.from_tasks())
+    # The flow checkpoint also conditions FiLM on a bag of words and reads rotary text positions, so the export
+    # covers both conditionings and both instruction encoders.
+    flow = head == "flow"
+    config = VLAConfig(head=head, film_words=flow, text_positions="rotary" if flow else "learned", **TINY)
+    policy = VLAPolicy(config, Tokenizer.from_tasks())
     # Words as training would mark them: the scenes' instructions then hold marked and unmarked words.
     policy.mark_words(["pick up the red cup", "lift the blue cup", "grab the green cup and lift it"])
     rng = np.random.default_rng(0)

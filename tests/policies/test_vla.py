@@ -177,6 +177,23 @@ def test_text_position_std_lets_the_instruction_encoder_see_the_word_order(token
     assert apart[1.0] > 5 * apart[0.02]  # same words, swapped: the positions tell them apart
 
 
+def test_rotary_positions_read_word_order_but_not_where_the_instruction_starts(tokenizer):
+    policy = tiny(tokenizer, text_positions="rotary").eval()
+    assert policy.text.positions is None
+    ids = policy.tokenize(["put the red block on the blue block", "put the blue block on the red block"])
+    n = int((ids[0] != 0).sum())
+    shifted = torch.zeros_like(ids)
+    shifted[:, 3 : 3 + n] = ids[:, :n]  # the same words three slots later (leading padding is masked)
+    with torch.no_grad():
+        e, moved = policy.text(ids), policy.text(shifted)
+    assert torch.allclose(e, moved, atol=1e-5)  # only distances between words count
+    # Swapped words read differently (without positions, attention and the mean pool ignore the order: exactly 0).
+    assert float((e[0] - e[1]).norm() / e[0].norm()) > 1e-3
+    learned = tiny(tokenizer, text_position_std=1.0).eval()
+    with torch.no_grad():
+        assert not torch.allclose(learned.text(ids), learned.text(shifted), atol=1e-3)  # absolute: it moves
+
+
 def test_select_action_uses_the_queue_and_reset_clears_it(tokenizer):
     policy = tiny(tokenizer, n_action_steps=3)
     batch = make_batch(b=2)
@@ -313,6 +330,10 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(film_text=True), "film_text"),
         (dict(text_position_std=float("nan")), "nan"),
         (dict(text_position_std=True), "True"),
+        (dict(text_positions="relative"), "'relative'"),
+        (dict(text_positions="rotary", text_layers=0), "text_layers"),
+        (dict(text_positions="rotary", text_position_std=1.0), "text_position_std=1.0"),
+        (dict(text_positions="rotary", hidden_dim=12, text_heads=4), "12 / 4"),
     ],
 )
 def test_bad_configs_raise_quoting_the_value(kwargs, quoted):

@@ -24,6 +24,7 @@ BACKBONE_QUANTIZATIONS = ("nf4",)
 HF_HINT = "pip install 'vlagym[hf]'"
 QLORA_HINT = "pip install 'vlagym[qlora]'"
 FLOW_TIME_SAMPLINGS = ("uniform", "beta")
+TEXT_POSITIONS = ("learned", "rotary")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -239,6 +240,10 @@ class VLAConfig(Config):
     """Initial scale of the instruction encoder's position embeddings; its word embeddings start at 1. At 0.02 the
     trained encoder hardly tells "the red block on the blue block" from "the blue block on the red block" (its
     outputs 0.2-1.2% apart); at 1.0, 46-57% (docs/multitask.md). 0.02 is the default the quickstart measured."""
+    text_positions: str = "learned"
+    """How the instruction encoder knows word order: "learned" absolute position embeddings (scale
+    `text_position_std`) or "rotary" positions inside its attention (RoPE), which see only how far apart two words
+    are, so a wording that starts the same words elsewhere reads alike. Needs `text_layers` >= 1."""
     max_tokens: int = 16
     """Instruction length in tokens (longer instructions are truncated)."""
     film: bool = True
@@ -296,8 +301,19 @@ class VLAConfig(Config):
             raise ValueError(f"text_position_std must be a finite number >= 0, got {self.text_position_std!r}")
         if isinstance(self.text_layers, bool) or not isinstance(self.text_layers, int) or self.text_layers < 0:
             raise ValueError(f"text_layers must be an integer >= 0, got {self.text_layers!r}")
+        if self.text_positions not in TEXT_POSITIONS:
+            raise ValueError(f"text_positions must be one of {list(TEXT_POSITIONS)}, got {self.text_positions!r}")
+        if self.text_positions == "rotary" and self.text_layers < 1:
+            raise ValueError("text_positions='rotary' needs text_layers >= 1 (the positions act inside attention)")
+        if self.text_positions == "rotary" and std != VLAConfig.text_position_std:
+            raise ValueError(f"text_position_std={std!r} scales learned positions; rotary positions have none")
         if self.hidden_dim % self.text_heads:
             raise ValueError(f"text_heads={self.text_heads!r} must divide hidden_dim={self.hidden_dim!r}")
+        if self.text_positions == "rotary" and (self.hidden_dim // self.text_heads) % 2:
+            raise ValueError(
+                f"text_positions='rotary' needs an even hidden_dim / text_heads, got {self.hidden_dim} / "
+                f"{self.text_heads}"
+            )
         if 2 ** len(self.vision_channels) > self.image_size:
             raise ValueError(
                 f"image_size={self.image_size!r} is too small for {len(self.vision_channels)} stride-2 conv blocks"

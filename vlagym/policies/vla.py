@@ -132,7 +132,13 @@ class VLAPolicy(nn.Module):
             self.text = PretrainedText(bb, self.tokenizer, h, pretrained)
         else:
             self.text = InstructionEncoder(
-                self.tokenizer.vocab_size, cfg.max_tokens, h, cfg.text_layers, cfg.text_heads, cfg.text_position_std
+                self.tokenizer.vocab_size,
+                cfg.max_tokens,
+                h,
+                cfg.text_layers,
+                cfg.text_heads,
+                cfg.text_position_std,
+                cfg.text_positions,
             )
         if bb.vision_model is not None:  # one backbone for every camera (docs/backbones.md)
             self.vision = PretrainedVision(bb, cfg.cameras, cfg.image_size, h, cfg.film, pretrained)
