@@ -345,7 +345,7 @@ def _save_and_evaluate(
 
 def _log_step(writer: Any, run: _Run, step: int, result: _Step, t0: float, start: int) -> None:
     """TensorBoard scalars of a step: the loss terms, lr, gradient norm and the throughput since `start`, the step
-    this process began at at time `t0` (a resumed run's steps before it took no time here)."""
+    this process began with, at time `t0` (a resumed run's steps before it took no time here)."""
     for name, value in result.metrics.items():
         writer.add_scalar(f"train/{name}", value, step)
     writer.add_scalar("train/lr", run.scheduler.get_last_lr()[0], step)
