@@ -40,13 +40,20 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
     cfg = demo_config(args)
     try:
-        summary = collect_demos(cfg)
+        if cfg.policy is None:
+            summary = collect_demos(cfg)
+        else:
+            from vlagym.eval.dagger import collect_dagger_demos
+
+            summary = collect_dagger_demos(cfg)
     except DemoError as e:
         raise UserError(str(e)) from e
     dropped = "kept" if cfg.keep_failures else "dropped"
+    actor = "" if cfg.policy is None else " (the policy acting)"
     print(
         f"wrote {summary.path}: {summary.demos} demos, {summary.steps} steps, {summary.file_bytes / 1e6:.1f} MB; "
-        f"this run: {summary.episodes} episodes from episode {summary.first_episode}, {summary.successes} successful, "
+        f"this run: {summary.episodes} episodes from episode {summary.first_episode}, "
+        f"{summary.successes} successful{actor}, "
         f"{summary.failures} failed ({dropped}), {summary.seconds:.1f} s; config: {summary.path}{CONFIG_SUFFIX}"
     )
     return EXIT_OK

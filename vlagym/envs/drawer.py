@@ -18,6 +18,7 @@ GRASP_OFFSET = np.array([-0.004, 0.0, 0.012])  # grasp site vs bar centre: the r
 PUSH_OFFSET = np.array([-(HANDLE_RADIUS + 0.012), 0.0, 0.012])  # closed fingers touching the bar's front
 OPEN_SUCCESS, CLOSED_SUCCESS = 0.10, 0.01
 OPEN_GOAL = 0.13  # where OpenDrawer's goal_position puts the handle
+LOST_HANDLE = 0.025  # the hand is off the bar when its grasp site is this far from the grasp point
 
 
 # ----------------------------------------------------------------------------------------- experts
@@ -73,6 +74,13 @@ class OpenDrawerExpert(ScriptedExpert):
 
     def act(self) -> np.ndarray:
         return self.handle_action()  # never None: without `release` it keeps holding the drawer out
+
+    def resync(self) -> None:
+        # Pulling needs the hand on the bar: a hand the acting policy took off it goes back to the handle.
+        if self.phase == "h_pull":
+            grasp = self.env.drawer_point(HANDLE + GRASP_OFFSET)
+            if np.linalg.norm(self.ee - grasp) > LOST_HANDLE:
+                self.go("h_approach")
 
 
 class CloseDrawerExpert(ScriptedExpert):

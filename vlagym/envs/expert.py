@@ -34,9 +34,15 @@ def site_yaw(mat: np.ndarray) -> float:
 
 
 class ScriptedExpert:
-    """Base class: phase bookkeeping and the servo law. Subclasses implement `act()`."""
+    """Base class: phase bookkeeping and the servo law. Subclasses implement `act()`.
+
+    With `recover` set, `resync()` runs before every action and corrects the phase where the scene contradicts
+    it. That is for labelling states another policy visits (DAgger, `vlagym demos --policy`): the expert's own
+    actions never lose a grasp, a learner's do. Left off, the expert acts exactly as it always has.
+    """
 
     first_phase = "start"
+    recover = False
 
     def __init__(self, env):
         self.env = env.unwrapped
@@ -52,7 +58,13 @@ class ScriptedExpert:
         self.yaw: float | None = None
 
     def __call__(self, obs=None) -> np.ndarray:
+        if self.recover:
+            self.resync()
         return self.act().astype(np.float32)
+
+    def resync(self) -> None:
+        """Move to the phase the scene calls for when it contradicts the current one (only with `recover`).
+        Experts without a hook keep their phases: their actions are closed-loop servos already."""
 
     def act(self) -> np.ndarray:
         raise NotImplementedError
@@ -101,6 +113,24 @@ class PickExpert(ScriptedExpert):
     close_steps = 6
     grasp_fraction = 0.5  # grasp this far up the object
     min_grasp_height = 0.037  # grasp site above the object's base: the pads reach 3.5 cm below it
+    holding_phases = ("lift", "lifted", "carry", "lower")  # phases that need the object between the pads
+
+    def holding(self) -> bool:
+        """The target object touches both finger pads."""
+        left, right = self.env.pad_contacts()
+        return self.env.target.body in (left & right)
+
+    def resync(self) -> None:
+        # A lost grasp (dropped, released early, never closed on the object) starts the pick over; a grasp
+        # the acting policy made on its own, before the expert's descent ended, is lifted.
+        if self.phase in self.holding_phases and not self.holding():
+            self.restart_pick()
+        elif self.phase in ("approach", "descend") and self.holding():
+            self.go("lift")
+
+    def restart_pick(self) -> None:
+        self.go("approach")
+        self.yaw = None
 
     def pick(self) -> np.ndarray | None:
         """Action for the picking phases, or None once the object is lifted."""
@@ -151,6 +181,16 @@ class PickPlaceExpert(PickExpert):
     release_clearance = 0.015  # object bottom this far above the goal when released
     release_tolerance = 0.01  # released this close to the goal horizontally, unless the goal names its own
     open_steps = 5
+
+    def resync(self) -> None:
+        super().resync()
+        if self.phase != "retreat":
+            return
+        self.timer += 1
+        if self.holding():
+            self.go("carry")  # the acting policy kept hold of it: carry it again
+        elif self.timer > self.open_steps and not self.env.evaluate()["success"]:
+            self.restart_pick()  # let go, settled, and not where it belongs
 
     def act(self) -> np.ndarray:
         action = self.pick()

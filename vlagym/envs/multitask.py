@@ -106,6 +106,8 @@ class MultiTaskEnv(gym.Env):
 class MultiTaskExpert:
     """Delegates to the scripted expert of the drawn task, made afresh at every reset."""
 
+    recover = False  # passed on to the task's expert (`ScriptedExpert.recover`)
+
     def __init__(self, env):
         self.env = env.unwrapped
         self.reset()
@@ -117,4 +119,5 @@ class MultiTaskExpert:
     def __call__(self, obs=None) -> np.ndarray:
         if self.expert.env is not self.env.current:  # a reset drew another task since our reset()
             self.reset()
+        self.expert.recover = self.recover
         return self.expert(obs)

@@ -25,6 +25,12 @@ class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
     pull_to = 0.15
     lift_height = carry_height = 0.22  # the carried cup clears the cabinet top and the drawer walls
 
+    def resync(self) -> None:
+        if self.phase.startswith("h_"):
+            OpenDrawerExpert.resync(self)
+        else:
+            PickPlaceExpert.resync(self)
+
     def act(self) -> np.ndarray:
         if self.phase.startswith("h_"):
             action = self.handle_action()

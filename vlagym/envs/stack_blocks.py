@@ -162,6 +162,10 @@ class StackExpert(PickPlaceExpert):
         super().reset()
         self.turned = False
 
+    def restart_pick(self) -> None:
+        super().restart_pick()
+        self.turned = False
+
     def act(self) -> np.ndarray:
         if self.phase == "carry" and not self.turned:  # once, as the carry starts
             target, goal = self.env.expert_target(), self.env.expert_goal()

@@ -71,6 +71,11 @@ class DemoConfig(Config):
     expert corrects the perturbations, so the demos show recoveries from the small errors a cloned policy
     makes. `actions` then stores what was executed, `expert_actions` the expert's own (the training labels).
     The gripper command is never perturbed; the noise of an episode depends only on its seed"""
+    policy: str | None = None
+    """a VLA checkpoint folder that acts instead of the expert (DAgger): the expert, re-deriving its phase from
+    the scene (`ScriptedExpert.recover`), labels every state the policy visits. `actions` then stores the
+    policy's actions, `expert_actions` the labels; keep_failures keeps the policy's failed episodes, whose
+    labels teach it to recover. The env's image size and cameras must be the checkpoint's"""
     resume: bool = False
     """continue an interrupted file from the episode after its last demo (same settings required); a missing file
     is started afresh"""
@@ -112,6 +117,20 @@ class DemoConfig(Config):
         if problem:
             raise DemoError(problem)
         self._check_env_kwargs()
+        if self.policy is not None:
+            self._check_policy()
+
+    def _check_policy(self) -> None:
+        if not isinstance(self.policy, str) or not self.policy:
+            raise DemoError(f"policy must be a checkpoint folder, got {self.policy!r}")
+        if not self.has_images():
+            raise DemoError(f"a policy acting needs camera images: obs_mode {self.obs_mode!r} records none")
+        if self.action_noise > 0:
+            raise DemoError(
+                "action_noise perturbs the expert's actions: with a policy acting there are none to perturb"
+            )
+        if self.backend != "local":
+            raise DemoError("a policy acting runs with backend 'local' only")
 
     def _check_numbers(self) -> None:
         for name in ("episodes", "num_envs"):

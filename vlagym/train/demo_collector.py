@@ -62,9 +62,10 @@ class _ExpertRecorder(gym.Wrapper):
     replaying the recorded actions follows (a test replays demos to check it).
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, recover: bool = False):
         super().__init__(env)
         self.expert = vlagym.make_expert(env)
+        self.expert.recover = recover  # another policy acts: the expert follows the scene, not its own plan
         self._seed: int | None = None
         self._t = 0
 
@@ -94,10 +95,15 @@ class _ExpertRecorder(gym.Wrapper):
 
 # ---------------------------------------------------------------------------- the collection loop
 class DemoCollector:
-    """Runs episodes first .. end - 1 in a vector env and hands them, in episode order, to the journal."""
+    """Runs episodes first .. end - 1 in a vector env and hands them, in episode order, to the journal.
 
-    def __init__(self, envs: gym.vector.VectorEnv, cfg: DemoConfig, journal: DemoJournal, first: int, bar):
+    With `policy` (batched: `reset(mask, seeds)`, `__call__(obs) -> actions`, as `vlagym.eval.adapters`'
+    policies) the policy's actions are executed and the expert's are kept as labels (DAgger).
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, cfg: DemoConfig, journal: DemoJournal, first: int, bar, policy=None):
         self.envs, self.cfg, self.journal, self.bar = envs, cfg, journal, bar
+        self.policy = policy
         self.k = envs.num_envs
         self.next_episode = first
         self.next_to_write = first
@@ -114,6 +120,7 @@ class DemoCollector:
             self.running[i] = None
             return None
         ep = DemoEpisode(index=self.next_episode, seed=self.cfg.seed + self.next_episode)
+        ep.acted_by_policy = self.policy is not None
         if self.cfg.action_noise > 0:
             ep.noise = np.random.default_rng([NOISE_STREAM, ep.seed])
         self.running[i] = ep
@@ -163,12 +170,28 @@ class DemoCollector:
         if batch:
             self.journal.commit(batch)
 
+    def _act(self, obs) -> None:
+        """With a policy: its actions replace the expert's for every sub-env running an episode."""
+        if self.policy is None:
+            return
+        acted = np.asarray(self.policy(obs), np.float32)
+        for i, ep in enumerate(self.running):
+            if ep is not None:
+                self.actions[i] = acted[i]
+
+    def _reset_policy(self, mask: np.ndarray) -> None:
+        if self.policy is not None:
+            seeds = np.array([ep.seed if ep is not None else -1 for ep in self.running], np.int64)
+            self.policy.reset(mask, seeds)
+
     def run(self) -> None:
         seeds = [self._assign(i) for i in range(self.k)]  # k <= remaining episodes: every sub-env gets one
         obs, info = self.envs.reset(seed=seeds)
         for i in range(self.k):
             self._record(i, obs, info, at_reset=True)
+        self._reset_policy(np.ones(self.k, bool))
         while any(ep is not None for ep in self.running):
+            self._act(obs)
             obs, reward, terminated, truncated, info = self.envs.step(self.actions)
             done = terminated | truncated
             restart = np.zeros(self.k, bool)
@@ -195,6 +218,7 @@ class DemoCollector:
                 obs, info = self.envs.reset(seed=seeds, options={"reset_mask": restart})
                 for i in np.flatnonzero(restart):
                     self._record(i, obs, info, at_reset=True)
+                self._reset_policy(restart)
 
 
 def ignore_sigint(env: gym.Env, main_pid: int) -> gym.Env:
@@ -209,7 +233,7 @@ def ignore_sigint(env: gym.Env, main_pid: int) -> gym.Env:
 def make_demo_envs(cfg: DemoConfig, num_envs: int) -> gym.vector.VectorEnv:
     """The vector env of `cfg`'s task, an expert recording inside each sub-env; autoreset is left to the collector."""
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "copy": False}
-    wrappers: list = [_ExpertRecorder]
+    wrappers: list = [functools.partial(_ExpertRecorder, recover=cfg.policy is not None)]
     if cfg.vectorization == "async":
         # Gymnasium 1.4's async worker clears its pending autoreset on a masked reset only with shared
         # memory; without it a seeded reset would be followed by an unseeded one.

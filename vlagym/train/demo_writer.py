@@ -57,6 +57,7 @@ SAME_ON_RESUME = (
     "keep_failures",
     "compression",
     "action_noise",
+    "policy",
 )
 
 
@@ -78,6 +79,8 @@ class DemoEpisode:
     rewards: list[float] = field(default_factory=list)
     success: bool = False
     noise: np.random.Generator | None = None
+    acted_by_policy: bool = False
+    """another policy acted (DAgger): `actions` are its, `expert_actions` the expert's labels"""
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -95,7 +98,7 @@ def write_demo(data: h5py.Group, name: str, ep: DemoEpisode, compression: str) -
     obs.create_dataset("proprio", data=np.stack(ep.proprio).astype(np.float32))
     obs.create_dataset("state", data=np.stack(ep.state).astype(np.float32))
     g.create_dataset("actions", data=np.stack(ep.actions).astype(np.float32))
-    if ep.noise is not None:
+    if ep.noise is not None or ep.acted_by_policy:
         g.create_dataset(layout.EXPERT_ACTIONS, data=np.stack(ep.expert_actions).astype(np.float32))
     g.create_dataset("rewards", data=np.asarray(ep.rewards, np.float32))
     dones = np.zeros(n, np.uint8)
@@ -246,6 +249,7 @@ def _check_resumable(path: Path, cfg: DemoConfig) -> None:
     except (OSError, ValueError) as e:
         raise DemoError(f"cannot resume {path}: its config {config_path} is missing or unreadable ({e})") from e
     stored.setdefault("action_noise", 0.0)  # files from before the option were collected without noise
+    stored.setdefault("policy", None)  # ... and from before a policy could act
     mine = json.loads(json.dumps(cfg.to_dict()))
     differ = {k: (stored.get(k), mine[k]) for k in SAME_ON_RESUME if stored.get(k) != mine[k]}
     if differ:

@@ -81,7 +81,7 @@ def _prepare_output(cfg: DemoConfig) -> tuple[DemoJournal, int]:
     return journal, first
 
 
-def _run_episodes(cfg: DemoConfig, journal: DemoJournal, first: int, remaining: int, bar) -> Any:
+def _run_episodes(cfg: DemoConfig, journal: DemoJournal, first: int, remaining: int, bar, policy=None) -> Any:
     """Episodes first .. cfg.episodes - 1, committed to `journal` as they finish; the collector, local or Ray
     (None: none ran), for its `successes` and `failed_seeds`."""
     if not remaining:
@@ -99,7 +99,7 @@ def _run_episodes(cfg: DemoConfig, journal: DemoJournal, first: int, remaining: 
     envs = make_demo_envs(cfg, min(cfg.num_envs, remaining))
     finished = False
     try:
-        collector = DemoCollector(envs, cfg, journal, first, bar)
+        collector = DemoCollector(envs, cfg, journal, first, bar, policy)
         collector.run()
         finished = True
     finally:
@@ -126,21 +126,29 @@ def _log_summary(cfg: DemoConfig, summary: DemoSummary) -> None:
     )
 
 
-def collect_demos(cfg: DemoConfig) -> DemoSummary:
+def collect_demos(cfg: DemoConfig, policy=None) -> DemoSummary:
     """Run the task's scripted expert for `cfg.episodes` episodes and write them to `cfg.out`.
 
+    `policy` is the loaded `cfg.policy` (a batched policy as `vlagym.eval.adapters.CheckpointPolicy`; DAgger:
+    it acts, the expert labels); `vlagym.eval.dagger.collect_dagger_demos` loads it and calls this.
     Raises `DemoError` for an output that exists (without resume/overwrite) or that a resume cannot continue.
     An interrupted call (KeyboardInterrupt, or the process killed) leaves a valid file holding every episode
     committed so far; `resume=True` continues it.
     """
     from tqdm.auto import tqdm
 
+    if (cfg.policy is None) != (policy is None):
+        raise DemoError(
+            "cfg.policy names a checkpoint: collect with vlagym.eval.dagger.collect_dagger_demos, which loads it"
+            if policy is None
+            else "a policy was given but cfg.policy is unset: set it to the checkpoint folder (it is recorded)"
+        )
     start = time.perf_counter()
     journal, first = _prepare_output(cfg)
     remaining = max(0, cfg.episodes - first)
     bar = tqdm(total=cfg.episodes, initial=min(first, cfg.episodes), desc=cfg.task, unit="ep", disable=not cfg.progress)
     try:
-        collector = _run_episodes(cfg, journal, first, remaining, bar)
+        collector = _run_episodes(cfg, journal, first, remaining, bar, policy)
     except KeyboardInterrupt:
         logger.warning(
             "interrupted: %s holds %d complete demos; resume=True (vlagym demos --resume) continues it",
