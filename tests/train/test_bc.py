@@ -224,6 +224,7 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
         ("batch_size", 2.5, "2.5"),
         ("bf16", "yes", "'yes'"),
         ("preload_gb", -1.0, "-1.0"),
+        ("task_balance", 1.5, "1.5"),
         ("padded_actions", "hold", "'hold'"),
         ("dataset", ["missing.hdf5"], "'missing.hdf5'"),
         ("augmentation", "wide", "'wide'"),
@@ -311,6 +312,20 @@ def test_throughput_counts_only_the_steps_this_process_ran():
     result = SimpleNamespace(metrics={"loss": 1.0}, grad_norm=torch.tensor(1.0))
     _log_step(writer, run, 20, result, time.perf_counter() - 2.0, start=10)
     assert 39.0 < logged["train/samples_per_s"] <= 40.0
+
+
+def test_task_balance_gives_every_task_its_share_of_the_batches(pick_demos, tmp_path, caplog):
+    demos = tmp_path / "two_tasks.hdf5"
+    shutil.copy(pick_demos, demos)
+    with h5py.File(demos, "a") as f:
+        names = sorted(f["data"])
+        f["data"][names[0]].attrs["task"] = "VLA-PushCube-v0"
+        lengths = [int(f["data"][n].attrs["num_samples"]) for n in names]
+    pushed = 100 * lengths[0] / sum(lengths)
+    with caplog.at_level(logging.INFO, logger="vlagym.train.bc"):
+        train_bc(tiny_config(demos, tmp_path / "run", steps=4, checkpoint_every=0, task_balance=1.0))
+    assert f"VLA-PushCube-v0: {pushed:.1f}% of the samples, 50.0% of the batches" in caplog.text
+    assert "VLA-PickCup-v0" in caplog.text
 
 
 def test_film_words_checkpoint_marks_every_word_of_the_demos(pick_demos, tmp_path):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+from collections import Counter
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,7 +16,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from vlagym.train.dataset import DemoDataset
-from vlagym.train.sampler import ShardSampler, epoch_permutation, shard_indices
+from vlagym.train.sampler import ShardSampler, epoch_permutation, group_counts, group_epoch_order, shard_indices
 
 WORLD = 2
 WORKERS = 2
@@ -110,3 +113,53 @@ def test_shard_indices_for_iterable_datasets():
     assert torch.equal(torch.as_tensor(epoch_permutation(23, 0, 3)), torch.as_tensor(epoch_permutation(23, 0, 3)))
     with pytest.raises(ValueError, match="worker_id"):
         shard_indices(5, seed=0, epoch=0, rank=0, world_size=1, worker_id=2, num_workers=2)
+
+
+def test_group_counts_are_proportional_and_sum_to_the_total():
+    assert group_counts([1, 1, 2], 8).tolist() == [2, 2, 4]
+    counts = group_counts([1, 1, 1], 10)
+    assert counts.sum() == 10 and sorted(counts.tolist()) == [3, 3, 4]
+    for bad in ([], [0, 0], [1, -1], [float("nan")]):
+        with pytest.raises(ValueError, match="shares"):
+            group_counts(bad, 5)
+
+
+def test_group_epoch_order_gives_each_group_its_share_cycling_within_it():
+    small, large = np.arange(0, 3), np.arange(3, 23)  # 3 and 20 samples, equal shares of the 23 draws
+    order = group_epoch_order([small, large], [1.0, 1.0], seed=0, epoch=0)
+    assert len(order) == 23
+    seen = Counter(order.tolist())
+    assert sum(seen[i] for i in small) == 12 and sum(seen[i] for i in large) == 11
+    assert sorted(seen[i] for i in small) == [4, 4, 4]  # 12 draws over 3 samples: each 4 times
+    assert all(seen[i] <= 1 for i in large) and sum(1 for i in large if seen[i]) == 11  # no repeats
+    # The groups are mixed, not laid end to end; the order is a function of (seed, epoch).
+    assert set(order[:12].tolist()) & set(large.tolist())
+    assert np.array_equal(order, group_epoch_order([small, large], [1.0, 1.0], seed=0, epoch=0))
+    assert not np.array_equal(order, group_epoch_order([small, large], [1.0, 1.0], seed=0, epoch=1))
+    with pytest.raises(ValueError, match="2 groups but 1 shares"):
+        group_epoch_order([small, large], [1.0], seed=0, epoch=0)
+
+
+def test_grouped_sampler_splits_one_weighted_order_between_ranks():
+    groups, shares = [np.arange(0, 4), np.arange(4, 30)], [3.0, 1.0]
+    ranks = [ShardSampler(30, num_replicas=2, rank=r, seed=5, groups=groups, shares=shares) for r in range(2)]
+    for sampler in ranks:
+        sampler.set_epoch(2)
+    merged = [None] * 30
+    merged[0::2], merged[1::2] = list(ranks[0]), list(ranks[1])
+    assert merged == group_epoch_order(groups, shares, seed=5, epoch=2).tolist()
+    assert sum(1 for i in merged if i < 4) == 23  # 3/4 of the 30 draws: 22.5, the tie to the first group
+    with pytest.raises(ValueError, match="hold 4 samples, the data 30"):
+        ShardSampler(30, groups=[np.arange(4)], shares=[1.0])
+    with pytest.raises(ValueError, match="together"):
+        ShardSampler(30, groups=groups)
+
+
+def test_task_samples_group_the_samples_by_the_demos_task(demo_file_factory):
+    path = demo_file_factory(lengths=(5, 3, 7))
+    with h5py.File(path, "a") as f:
+        f["data"][sorted(f["data"])[1]].attrs["task"] = "VLA-PushCube-v0"
+    tasks = DemoDataset(path).task_samples()
+    assert list(tasks) == ["VLA-PickCup-v0", "VLA-PushCube-v0"]
+    assert tasks["VLA-PickCup-v0"].tolist() == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14]
+    assert tasks["VLA-PushCube-v0"].tolist() == [5, 6, 7]

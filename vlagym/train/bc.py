@@ -240,7 +240,21 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
             dataset.nbytes / 1e9,
             cfg.preload_gb,
         )
-    sampler = ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
+    groups = shares = None
+    tasks = dataset.task_samples()
+    if cfg.task_balance > 0 and len(tasks) > 1:
+        groups = list(tasks.values())
+        shares = [len(g) ** (1.0 - cfg.task_balance) for g in groups]
+        for (task, group), share in zip(tasks.items(), shares, strict=True):
+            logger.info(
+                "%s: %.1f%% of the samples, %.1f%% of the batches",
+                task,
+                100 * len(group) / len(dataset),
+                100 * share / sum(shares),
+            )
+    sampler = ShardSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed, groups=groups, shares=shares
+    )
     batches_per_epoch = len(sampler) // cfg.batch_size
     if batches_per_epoch == 0:
         raise ValueError(

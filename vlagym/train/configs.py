@@ -256,6 +256,10 @@ class BCConfig(Config):
     """seeds the model init, the batch order, the augmentation and the flow noise"""
     num_workers: int = 0
     """DataLoader worker processes per rank"""
+    task_balance: float = 0.0
+    """how each task's share of the batches is set, with demos of several tasks: share proportional to (its
+    samples) ** (1 - task_balance). 0: every sample equally often, so a task's share is its share of the samples;
+    1: every task the same share; in between, small tasks come more often than their size says"""
     preload_gb: float = 8.0
     """read the demos into memory, decoded, when they take at most this many GB (0: read every sample from the
     files); the batches are the same, fetched faster"""
@@ -346,6 +350,7 @@ class BCConfig(Config):
         check_float("grad_clip", self.grad_clip, 0.0)
         check_float("ema", self.ema, 0.0, 1.0)
         check_float("preload_gb", self.preload_gb, 0.0)
+        check_float("task_balance", self.task_balance, 0.0, 1.0)
         if self.padded_actions not in PADDED_ACTIONS:
             raise ValueError(f"padded_actions must be one of {list(PADDED_ACTIONS)}, got {self.padded_actions!r}")
         if self.ema == 1.0:

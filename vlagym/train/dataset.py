@@ -234,6 +234,12 @@ class DemoDataset(Dataset):
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
 
+    def task_samples(self) -> dict[str, np.ndarray]:
+        """The sample indices of each task (the demos' `task` attribute), in order of first appearance."""
+        tasks = list(dict.fromkeys(self.tasks))
+        per_sample = np.repeat([tasks.index(t) for t in self.tasks], self.episode_lengths)
+        return {task: np.flatnonzero(per_sample == i) for i, task in enumerate(tasks)}
+
     def locate(self, index: int) -> tuple[int, int]:
         """(episode_index, frame_index) of sample `index`."""
         if not 0 <= index < len(self):
