@@ -241,8 +241,8 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
             cfg.preload_gb,
         )
     groups = shares = None
-    tasks = dataset.task_samples()
-    if cfg.task_balance > 0 and len(tasks) > 1:
+    tasks = dataset.task_samples() if cfg.task_balance > 0 else {}
+    if len(tasks) > 1:
         groups = list(tasks.values())
         shares = [len(g) ** (1.0 - cfg.task_balance) for g in groups]
         for (task, group), share in zip(tasks.items(), shares, strict=True):
