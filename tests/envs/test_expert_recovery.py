@@ -86,3 +86,25 @@ def test_the_multitask_expert_passes_recover_on():
         assert expert.expert.recover
     finally:
         env.close()
+
+
+def test_a_drawer_the_policy_opened_sends_the_expert_on_to_the_cup():
+    import mujoco
+
+    env = gym.make("VLA-PutCupInDrawer-v0")
+    try:
+        obs, _ = env.reset(seed=0)
+        plain = vlagym.make_expert(env)
+        while plain.phase != "transit":  # the drawer opened and the hand lifted off the bar (by "the policy")
+            obs, *_ = env.step(plain(obs))
+        fresh = vlagym.make_expert(env)  # still planning to open it
+        fresh.recover = True
+        fresh(obs)
+        assert not fresh.phase.startswith("h_")
+        base = env.unwrapped  # now shut it again before the cup is in: back to the handle
+        base.data.qpos[base.slide_qpos] = 0.0
+        mujoco.mj_forward(base.model, base.data)
+        fresh(obs)
+        assert fresh.phase.startswith("h_")
+    finally:
+        env.close()

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vlagym.envs.cabinet import FLOOR_Z, INNER_DEPTH, INNER_HALF_W, CabinetEnv, unit
-from vlagym.envs.drawer import OPEN_SUCCESS, OpenDrawerExpert
+from vlagym.envs.cabinet import FLOOR_Z, HANDLE, INNER_DEPTH, INNER_HALF_W, CabinetEnv, unit
+from vlagym.envs.drawer import GRASP_OFFSET, LOST_HANDLE, OPEN_SUCCESS, OpenDrawerExpert
 from vlagym.envs.expert import PickPlaceExpert, site_yaw
 from vlagym.envs.objects import CUP_RADIUS, FreeObject
 
@@ -16,6 +16,8 @@ UPRIGHT_COS = np.cos(np.deg2rad(20))
 MIN_GOAL_DEPTH = 0.11  # the goal is the middle of at least this much of the drawer's interior
 # The expert lets go this close to the goal: half the room a centred cup has in the tighter direction.
 RELEASE_TOLERANCE = 0.5 * (min(INNER_HALF_W, 0.5 * MIN_GOAL_DEPTH) - CUP_RADIUS)
+# With `recover`: a drawer this close to the expert's pull_to counts as opened, one this far below it as shut.
+OPEN_SLACK, REOPEN_SLACK = 0.02, 0.04
 
 
 class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
@@ -26,8 +28,18 @@ class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
     lift_height = carry_height = 0.22  # the carried cup clears the cabinet top and the drawer walls
 
     def resync(self) -> None:
-        if self.phase.startswith("h_"):
+        opening = self.env.opening
+        if self.phase in ("h_approach", "h_descend", "h_close") and opening >= self.pull_to - OPEN_SLACK:
+            # The acting policy opened the drawer before this expert's own plan got there: let go of the bar
+            # if the hand is on it, else go straight on to the cup (not back to the handle).
+            on_bar = np.linalg.norm(self.ee - self.env.drawer_point(HANDLE + GRASP_OFFSET)) < LOST_HANDLE
+            self.go("h_release" if on_bar else "transit")
+            self.yaw = None if not on_bar else self.yaw
+        elif self.phase.startswith("h_"):
             OpenDrawerExpert.resync(self)
+        elif opening < self.pull_to - REOPEN_SLACK and not self.holding():
+            self.go("h_approach")  # pushed (part) shut before the cup is in: open it again
+            self.yaw = None
         else:
             PickPlaceExpert.resync(self)
 
