@@ -83,6 +83,8 @@ def test_the_file_replays_and_is_the_same_run_after_run(tmp_path, checkpoint):
         ({"obs_mode": "state"}, "camera images"),
         ({"backend": "ray"}, "backend 'local'"),
         ({"policy": ""}, "checkpoint folder"),
+        ({"task": "VLA-PushCube-v0"}, "cannot label"),  # its expert's re-approach rule made the policy worse
+        ({"task": "VLA-MultiTask-v0"}, "cannot label"),
     ],
 )
 def test_bad_configs_are_refused(tmp_path, checkpoint, kwargs, match):

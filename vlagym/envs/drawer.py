@@ -32,6 +32,7 @@ class OpenDrawerExpert(ScriptedExpert):
     open_steps = 4
     retreat_height = 0.2
     release = False  # let go of the handle and lift the hand clear once the drawer is open
+    labels_others = True
 
     def handle_action(self) -> np.ndarray | None:
         """Action for opening the drawer, or None once it is open (and, if `release`, the hand is clear)."""

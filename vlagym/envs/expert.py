@@ -43,6 +43,7 @@ class ScriptedExpert:
 
     first_phase = "start"
     recover = False
+    labels_others = False  # `resync` is written and measured for labelling another policy's states (DAgger)
 
     def __init__(self, env):
         self.env = env.unwrapped
@@ -114,6 +115,7 @@ class PickExpert(ScriptedExpert):
     grasp_fraction = 0.5  # grasp this far up the object
     min_grasp_height = 0.037  # grasp site above the object's base: the pads reach 3.5 cm below it
     holding_phases = ("lift", "lifted", "carry", "lower")  # phases that need the object between the pads
+    labels_others = True
 
     def holding(self) -> bool:
         """The target object touches both finger pads."""
@@ -225,3 +227,15 @@ class PickPlaceExpert(PickExpert):
         up = self.ee.copy()
         up[2] = self.carry_height
         return self.servo(up, self.yaw, -1.0)
+
+
+def labels_others(task: str) -> bool:
+    """Whether `task`'s scripted expert can label the states another policy visits (`ScriptedExpert.recover`
+    written for it and measured): what `vlagym demos --policy` needs."""
+    import importlib
+
+    from vlagym.envs import TASKS
+
+    module, _, name = TASKS[task][0].partition(":")
+    expert_cls = getattr(getattr(importlib.import_module(module), name), "expert_cls", None)
+    return bool(getattr(expert_cls, "labels_others", False))

@@ -131,6 +131,13 @@ class DemoConfig(Config):
             )
         if self.backend != "local":
             raise DemoError("a policy acting runs with backend 'local' only")
+        from vlagym.envs.expert import labels_others
+
+        if not labels_others(self.task):
+            raise DemoError(
+                f"{self.task}'s expert cannot label another policy's states: its recovery is not written or not "
+                "measured (PushCube's labels made the policy worse; docs/multitask.md)"
+            )
 
     def _check_numbers(self) -> None:
         for name in ("episodes", "num_envs"):
