@@ -33,8 +33,11 @@ class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
             # The acting policy opened the drawer before this expert's own plan got there: let go of the bar
             # if the hand is on it, else go straight on to the cup (not back to the handle).
             on_bar = np.linalg.norm(self.ee - self.env.drawer_point(HANDLE + GRASP_OFFSET)) < LOST_HANDLE
-            self.go("h_release" if on_bar else "transit")
-            self.yaw = None if not on_bar else self.yaw
+            if on_bar:
+                self.go("h_release")
+            else:
+                self.go("transit")
+                self.yaw = None
         elif self.phase.startswith("h_"):
             OpenDrawerExpert.resync(self)
         elif opening < self.pull_to - REOPEN_SLACK and not self.holding():
