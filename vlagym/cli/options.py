@@ -89,7 +89,8 @@ def add_options(
     prefix: str = "",
     outer: typing.Collection[str] = (),
 ) -> None:
-    """One option per field of the dataclass `cls` (fields in `positional` become positional arguments).
+    """One option per field of the dataclass `cls` (fields in `positional` become positional arguments, those in
+    `skip` get none; ``"bc.out"`` skips the field `out` of the nested config `bc`).
 
     A nested config's fields get flags of their own name, or ``--<field>-<name>`` where the enclosing config
     (`outer`) has a field of that name.
@@ -102,7 +103,8 @@ def add_options(
         tp = _strip_optional(hints[f.name])
         if isinstance(tp, type) and issubclass(tp, Config):
             names = {g.name for g in dataclasses.fields(cls)}
-            add_options(parser, tp, prefix=f"{prefix}{f.name}.", outer=names)
+            inner = {s.removeprefix(f"{f.name}.") for s in skip if s.startswith(f"{f.name}.")}
+            add_options(parser, tp, skip=inner, prefix=f"{prefix}{f.name}.", outer=names)
             continue
         dest = f"{prefix}{f.name}"
         name = f"{prefix[:-1].replace('.', '_')}_{f.name}" if f.name in outer else f.name

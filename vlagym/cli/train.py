@@ -1,4 +1,5 @@
-"""`vlagym train-bc`, `train-fbc`, `train-rl`, `train-residual`, `distill`, `quickstart`: learning a policy."""
+"""`vlagym train-bc`, `train-dagger`, `train-fbc`, `train-rl`, `train-residual`, `distill`, `quickstart`: learning a
+policy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from vlagym.cli.common import EXIT_OK, UserError, add_options, build, check_task, config_from_args
 from vlagym.cli.options import option_values
+from vlagym.eval.dagger_config import ROUND_SET_BC_FIELDS, DaggerConfig
 from vlagym.eval.quickstart import QuickstartConfig
 from vlagym.rl.fbc.config import FilteredBCConfig
 from vlagym.rl.ppo.config import RLConfig
@@ -98,6 +100,37 @@ def cmd_train_bc(args: argparse.Namespace) -> int:
         print(f"success rate at the last evaluation: {100 * result['success_rate']:.1f}%")
     print(f"checkpoint: {result['checkpoint']}")
     print(f"logs: {Path(cfg.out) / 'tb'} (tensorboard --logdir {Path(cfg.out) / 'tb'})")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- train-dagger
+def dagger_config(args: argparse.Namespace) -> DaggerConfig:
+    """The `DaggerConfig` of `vlagym train-dagger` options (the BC options fill its `bc`)."""
+    values = option_values(args, DaggerConfig)
+    if not values.get("init"):
+        raise UserError("--init is required: the checkpoint that acts in the first round and is fine-tuned")
+    if not values.get("bc", {}).get("dataset"):
+        raise UserError("--dataset is required: the demo files every round trains on")
+    return build(DaggerConfig, values)
+
+
+def cmd_train_dagger(args: argparse.Namespace) -> int:
+    from vlagym.eval.dagger_rounds import train_dagger
+
+    cfg = dagger_config(args)
+    try:
+        summary = train_dagger(cfg)
+    except ValueError as e:  # DaggerError, DemoError: a folder or file that does not fit the settings
+        raise UserError(str(e)) from e
+    for record in summary["rounds"]:
+        solved = sum(c["policy_successes"] for c in record["collection"].values())
+        episodes = sum(c["episodes"] for c in record["collection"].values())
+        line = f"round {record['round']}: the acting policy solved {solved} of {episodes} DAgger episodes"
+        if "suite" in record:
+            line += f"; {cfg.suite} {100 * record['suite']['mean']:.1f}%"
+        print(line)
+    print(f"checkpoint: {summary['checkpoint']}")
+    print(f"summary: {Path(cfg.out) / 'dagger_summary.json'}")
     return EXIT_OK
 
 
@@ -250,6 +283,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(p, BCConfig)
     p.set_defaults(handler=cmd_train_bc, config=bc_config)
+    p = sub.add_parser(
+        "train-dagger",
+        help="DAgger rounds: a checkpoint acts, the scripted experts label, fine-tune on the aggregate",
+        description="Each round runs the latest checkpoint on fresh seeds of every task whose expert can label "
+        "another policy's states, stores the expert's action for each state it visits, and fine-tunes the "
+        "checkpoint on the demos plus every round's DAgger files (the BC options are the fine-tuning's, per "
+        "round); optionally evaluates each round on a suite.",
+    )
+    add_options(p, DaggerConfig, skip=[f"bc.{name}" for name in ROUND_SET_BC_FIELDS])
+    p.set_defaults(handler=cmd_train_dagger, config=dagger_config)
     p = sub.add_parser(
         "train-fbc",
         help="post-train a BC checkpoint by success-filtered BC",
