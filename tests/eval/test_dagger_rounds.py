@@ -186,3 +186,23 @@ def test_the_round_sets_the_fine_tunings_own_folders(capsys):
     text = capsys.readouterr().out
     assert "--init" in text and "--steps" in text and "--task-balance" in text
     assert "--bc-out" not in text and "--bc-init" not in text and "--film-text" not in text
+
+
+def test_each_round_is_evaluated_on_the_suite(files, tmp_path, monkeypatch):
+    import vlagym.eval.suite_run as suite_run
+
+    seen = []
+
+    def fake_suite(cfg):
+        seen.append(cfg)
+        cell = {"success_rate": 0.25}
+        return {"results": {TASK: {"train": cell}}, "suite_average": {"success": {"mean": 0.25, "ci95": [0.1, 0.5]}}}
+
+    monkeypatch.setattr(suite_run, "run_suite", fake_suite)
+    summary = train_dagger(config(files, tmp_path, rounds=2, suite="vlagym-pick", sequential_width=0.3))
+    assert [cfg.policy for cfg in seen] == [r["checkpoint"] for r in summary["rounds"]]
+    assert [cfg.out for cfg in seen] == [str(tmp_path / "run" / f"round_{r}" / "suite") for r in (1, 2)]
+    assert all(cfg.suite == "vlagym-pick" and cfg.sequential_width == 0.3 for cfg in seen)
+    assert summary["rounds"][1]["suite"] == {"mean": 0.25, "ci95": [0.1, 0.5], "splits": {"train": 0.25},
+                                             "train": {TASK: 0.25}}  # fmt: skip
+    assert set(summary["rounds"][1]["seconds"]) == {"collect", "train", "evaluate"}
