@@ -108,3 +108,36 @@ def test_a_drawer_the_policy_opened_sends_the_expert_on_to_the_cup():
         assert fresh.phase.startswith("h_")
     finally:
         env.close()
+
+
+def lay_down(env, degrees: float) -> None:
+    """Tip the target object `degrees` about the world x axis where it stands (a policy knocked it over)."""
+    import mujoco
+
+    base = env.unwrapped
+    a = base.target.qpos_adr
+    half = np.deg2rad(degrees) / 2
+    base.data.qpos[a + 3 : a + 7] = (np.cos(half), np.sin(half), 0.0, 0.0)
+    base.data.qpos[a + 2] += 0.03
+    mujoco.mj_forward(base.model, base.data)
+
+
+@pytest.mark.parametrize(
+    "task, degrees, hopeless",
+    [
+        ("VLA-PickCup-v0", 0, False),
+        ("VLA-PickCup-v0", 30, False),  # tilted, not fallen: still graspable from above
+        ("VLA-PickCup-v0", 90, True),
+        ("VLA-PlaceCupInBowl-v0", 90, True),
+        ("VLA-PutCupInDrawer-v0", 90, True),
+        ("VLA-StackBlocks-v0", 90, False),  # a block lies on a face whichever way it falls
+    ],
+)
+def test_the_expert_gives_up_on_a_cup_knocked_over(make_env, task, degrees, hopeless):
+    env = make_env(task, obs_mode="state")
+    env.reset(seed=0)
+    expert = vlagym.make_expert(env)
+    expert.recover = True
+    assert not expert.hopeless()
+    lay_down(env, degrees)
+    assert expert.hopeless() is hopeless

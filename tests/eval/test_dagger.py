@@ -112,3 +112,23 @@ def test_a_resume_must_keep_the_policy(tmp_path, checkpoint):
     with pytest.raises(DemoError, match="policy"):
         collect_demos(DemoConfig(task=TASK, episodes=2, image_size=32, keep_failures=True, out=cfg.out, resume=True,
                                  env_kwargs={"max_episode_steps": 12}))  # fmt: skip
+
+
+def test_an_episode_the_expert_gives_up_on_ends_there(tmp_path, checkpoint, monkeypatch):
+    from vlagym.envs.expert import PickExpert
+
+    steps = {"n": 0}
+
+    def hopeless_after_four(self):  # as if the policy knocked the cup over on its 4th step
+        steps["n"] += 1
+        return steps["n"] % 4 == 0
+
+    monkeypatch.setattr(PickExpert, "hopeless", hopeless_after_four)
+    summary = collect_dagger_demos(dagger_cfg(tmp_path, checkpoint, episodes=2))
+    assert summary.cut_short == 2 and summary.failures == 2 and summary.demos == 2
+    for demo in read(summary.path).values():
+        assert len(demo["actions"]) == len(demo["expert_actions"]) == 4 and not demo["success"]
+    # the plain expert's demos never ask
+    plain = collect_demos(DemoConfig(task=TASK, episodes=1, image_size=32, env_kwargs={"max_episode_steps": 12},
+                                     out=str(tmp_path / "plain.hdf5"), keep_failures=True))  # fmt: skip
+    assert plain.cut_short == 0 and steps["n"] == 8

@@ -50,11 +50,12 @@ def cmd_demos(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from e
     dropped = "kept" if cfg.keep_failures else "dropped"
     actor = "" if cfg.policy is None else " (the policy acting)"
+    cut = f", {summary.cut_short} of them cut where the expert could not go on" if summary.cut_short else ""
     print(
         f"wrote {summary.path}: {summary.demos} demos, {summary.steps} steps, {summary.file_bytes / 1e6:.1f} MB; "
         f"this run: {summary.episodes} episodes from episode {summary.first_episode}, "
         f"{summary.successes} successful{actor}, "
-        f"{summary.failures} failed ({dropped}), {summary.seconds:.1f} s; config: {summary.path}{CONFIG_SUFFIX}"
+        f"{summary.failures} failed ({dropped}){cut}, {summary.seconds:.1f} s; config: {summary.path}{CONFIG_SUFFIX}"
     )
     return EXIT_OK
 

@@ -21,6 +21,7 @@ import numpy as np
 from vlagym.envs.robot import orientation_error
 
 DOWN = np.diag([-1.0, 1.0, -1.0])  # grasp-site orientation with the gripper pointing down
+LYING_COS = float(np.cos(np.deg2rad(45)))  # an object whose axis tilts further than this from vertical lies down
 
 
 def rot_z(yaw: float) -> np.ndarray:
@@ -66,6 +67,11 @@ class ScriptedExpert:
     def resync(self) -> None:
         """Move to the phase the scene calls for when it contradicts the current one (only with `recover`).
         Experts without a hook keep their phases: their actions are closed-loop servos already."""
+
+    def hopeless(self) -> bool:
+        """Whether this expert can no longer finish the task from the current scene (asked only with `recover`):
+        a DAgger episode ends there, since labels past that point would teach an action that leads nowhere."""
+        return False
 
     def act(self) -> np.ndarray:
         raise NotImplementedError
@@ -121,6 +127,15 @@ class PickExpert(ScriptedExpert):
         """The target object touches both finger pads."""
         left, right = self.env.pad_contacts()
         return self.env.target.body in (left & right)
+
+    def hopeless(self) -> bool:
+        # A cup or can on its side is out of reach of this top-down grasp (a block lies on a face whichever way
+        # it falls). Labels after a policy knocked the cup over said "descend" onto it for the rest of the
+        # episode, and DAgger rounds with many of them lost PutCupInDrawer (docs/multitask.md).
+        target = self.env.target
+        if target.kind == "block" or self.holding():
+            return False
+        return float(self.env.data.xmat[target.body][8]) < LYING_COS
 
     def resync(self) -> None:
         # A lost grasp (dropped, released early, never closed on the object) starts the pick over; a grasp

@@ -34,6 +34,7 @@ from vlagym.train.demo_writer import DemoEpisode, DemoJournal
 logger = logging.getLogger(__name__)
 
 RECORD_KEY = "demo_record"  # the info key `_ExpertRecorder` fills
+GAVE_UP_KEY = "expert_gave_up"  # set by `_ExpertRecorder` where the expert cannot finish a policy's episode
 NOISE_STREAM = 0x4E015E  # the action noise of episode `seed` comes from default_rng([NOISE_STREAM, seed])
 
 
@@ -79,6 +80,9 @@ class _ExpertRecorder(gym.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._t += 1
+        if self.expert.recover and not (terminated or truncated) and self.expert.hopeless():
+            truncated = True  # the expert cannot label past here (e.g. the cup knocked over): the episode ends
+            info[GAVE_UP_KEY] = True
         if not (terminated or truncated):  # an ended episode needs no next action
             info[RECORD_KEY] = self._record(obs)
         return obs, reward, terminated, truncated, info
@@ -113,6 +117,7 @@ class DemoCollector:
         self.finished: dict[int, DemoEpisode] = {}
         self.successes = 0
         self.failed_seeds: list[int] = []
+        self.cut_short = 0  # episodes ended because the expert gave up (`ScriptedExpert.hopeless`)
 
     def _assign(self, i: int) -> int | None:
         """Give sub-env i the next episode; its seed, or None when every episode has been handed out."""
@@ -202,6 +207,7 @@ class DemoCollector:
                 ep.expert_actions.append(self.labels[i].copy())
                 ep.rewards.append(float(reward[i]))
                 if done[i]:
+                    self.cut_short += bool(info.get(f"_{GAVE_UP_KEY}", np.zeros(self.k, bool))[i])
                     self._finish(ep, bool(info["success"][i]))
                     restart[i] = self._assign(i) is not None
                     self.actions[i] = 0.0

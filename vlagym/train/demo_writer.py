@@ -102,7 +102,7 @@ def write_demo(data: h5py.Group, name: str, ep: DemoEpisode, compression: str) -
         g.create_dataset(layout.EXPERT_ACTIONS, data=np.stack(ep.expert_actions).astype(np.float32))
     g.create_dataset("rewards", data=np.asarray(ep.rewards, np.float32))
     dones = np.zeros(n, np.uint8)
-    dones[-1] = 1  # every recorded episode ran until it ended (success or time limit)
+    dones[-1] = 1  # every recorded episode ran until it ended (success, time limit, or the expert gave up)
     g.create_dataset("dones", data=dones)
     g.create_dataset("states", data=np.stack(ep.sim_states).astype(np.float64))
     g.attrs.update(num_samples=n, seed=ep.seed, instruction=ep.instruction, success=bool(ep.success), task=ep.task)

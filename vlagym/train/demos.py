@@ -46,6 +46,9 @@ class DemoSummary:
     """episodes of this call the expert failed (dropped unless keep_failures)"""
     failed_seeds: list[int]
     """their seeds"""
+    cut_short: int
+    """of those, episodes a policy acted in that ended where the expert could no longer finish the task (a cup
+    knocked over: `ScriptedExpert.hopeless`), recorded up to there"""
     demos: int
     """complete demos in the file now"""
     steps: int
@@ -111,8 +114,9 @@ def _log_summary(cfg: DemoConfig, summary: DemoSummary) -> None:
     failed = summary.failed_seeds
     if failed:
         what = "kept" if cfg.keep_failures else "dropped"
-        # With action noise the perturbed expert fails now and then by design; without, a failure is news.
-        level = logging.INFO if cfg.action_noise > 0 else logging.WARNING
+        # With action noise the perturbed expert fails now and then by design, and a policy acting fails
+        # often; the plain expert's failure is news.
+        level = logging.INFO if cfg.action_noise > 0 or cfg.policy is not None else logging.WARNING
         logger.log(level, "%d of %d episodes failed (%s); seeds %s", len(failed), summary.episodes, what, failed[:20])
     logger.info(
         "%s: %d demos, %d steps; this run: %d episodes, %d successes, %d failures, %.1f s",
@@ -167,6 +171,7 @@ def collect_demos(cfg: DemoConfig, policy=None) -> DemoSummary:
         successes=collector.successes if collector else 0,
         failures=len(failed),
         failed_seeds=failed,
+        cut_short=collector.cut_short if collector else 0,
         demos=journal.demos,
         steps=journal.total,
         seconds=time.perf_counter() - start,
