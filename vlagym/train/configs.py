@@ -75,7 +75,8 @@ class DemoConfig(Config):
     """a VLA checkpoint folder that acts instead of the expert (DAgger): the expert, re-deriving its phase from
     the scene (`ScriptedExpert.recover`), labels every state the policy visits. `actions` then stores the
     policy's actions, `expert_actions` the labels; keep_failures keeps the policy's failed episodes, whose
-    labels teach it to recover. The env's image size and cameras must be the checkpoint's"""
+    labels teach it to recover. An episode ends where the expert can no longer finish it (a cup knocked over).
+    The env's image size and cameras must be the checkpoint's"""
     resume: bool = False
     """continue an interrupted file from the episode after its last demo (same settings required); a missing file
     is started afresh"""
