@@ -78,6 +78,7 @@ class RayDemoCollection:
         self.cfg, self.journal, self.first, self.bar = cfg, journal, first, bar
         self.successes = 0
         self.failed_seeds: list[int] = []
+        self.cut_short = 0  # episodes cut where the expert gave up: only with a policy acting, which runs locally
 
     def run(self) -> None:
         connect(self.cfg.address)
