@@ -115,7 +115,7 @@ def dagger_config(args: argparse.Namespace) -> DaggerConfig:
 
 
 def cmd_train_dagger(args: argparse.Namespace) -> int:
-    from vlagym.eval.dagger_rounds import train_dagger
+    from vlagym.eval.dagger_rounds import SUMMARY_NAME, train_dagger
 
     cfg = dagger_config(args)
     try:
@@ -130,7 +130,7 @@ def cmd_train_dagger(args: argparse.Namespace) -> int:
             line += f"; {cfg.suite} {100 * record['suite']['mean']:.1f}%"
         print(line)
     print(f"checkpoint: {summary['checkpoint']}")
-    print(f"summary: {Path(cfg.out) / 'dagger_summary.json'}")
+    print(f"summary: {Path(cfg.out) / SUMMARY_NAME}")
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ need the envs import them where they run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,18 +147,6 @@ class DaggerConfig(Config):
     def same_run(self, other: dict[str, Any]) -> list[str]:
         """The settings in which `other` (a saved config's dict) differs from this one, apart from those a resume
         may change (rounds, resume, progress)."""
-        mine, theirs = self.to_dict(), dict(other)
+        mine = json.loads(json.dumps(self.to_dict()))  # as the saved file holds it: tuples become lists
         free = {"rounds", "resume", "progress"}
-        differ = sorted(
-            k for k in set(mine) | set(theirs) if k not in free and _jsonish(mine.get(k)) != _jsonish(theirs.get(k))
-        )
-        return differ
-
-
-def _jsonish(value: Any) -> Any:
-    """`value` as JSON would bring it back (tuples as lists), for comparing a config with a saved one."""
-    if isinstance(value, dict):
-        return {k: _jsonish(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonish(v) for v in value]
-    return value
+        return sorted(k for k in set(mine) | set(other) if k not in free and mine.get(k) != other.get(k))

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import vlagym
 from vlagym.eval.dagger_config import DaggerConfig, DaggerError
 from vlagym.io import atomic_write_json
 
@@ -52,7 +53,7 @@ def labelled_tasks(cfg: DaggerConfig) -> list[str]:
         except (OSError, KeyError, ValueError) as e:
             raise DaggerError(f"dataset {path!r} is not a vlagym demo file: {e}") from e
     tasks = sorted(tasks)
-    labelled = [task for task in tasks if task in _registered() and labels_others(task)]
+    labelled = [task for task in tasks if task in vlagym.TASKS and labels_others(task)]
     if not labelled:
         raise DaggerError(f"no task of the demos ({tasks}) has an expert that can label another policy's states")
     extra = sorted(set(cfg.task_episodes) - set(labelled))
@@ -62,12 +63,6 @@ def labelled_tasks(cfg: DaggerConfig) -> list[str]:
     if skipped:
         logger.info("DAgger leaves out %s: their experts do not label another policy's states", skipped)
     return labelled
-
-
-def _registered() -> set[str]:
-    import vlagym
-
-    return set(vlagym.TASKS)
 
 
 def _prepare(cfg: DaggerConfig, out: Path) -> dict[str, Any]:
