@@ -11,7 +11,7 @@ import pytest
 from vlagym.cli import main
 from vlagym.eval.dagger_config import ROUND_SEEDS, DaggerConfig, DaggerError
 from vlagym.eval.dagger_rounds import SUMMARY_NAME, labelled_tasks, suite_summary, train_dagger
-from vlagym.policies import VLAConfig, VLAPolicy
+from vlagym.policies import VLAConfig, VLAPolicy, load_policy
 from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.train.configs import BCConfig, DemoConfig
 from vlagym.train.demos import collect_demos
@@ -75,6 +75,14 @@ def test_each_round_acts_with_the_last_checkpoint_and_trains_on_every_round_so_f
     assert json.loads((run / SUMMARY_NAME).read_text()) == json.loads(json.dumps(summary))
 
 
+def test_the_rounds_checkpoints_act_as_asked(files, tmp_path):
+    summary = train_dagger(config(files, tmp_path, rounds=1, temporal_ensemble=True))
+    assert summary["rounds"][0]["acting"] == files["init"]  # round 1's episodes act as init (chunks of 4)
+    acting = load_policy(summary["checkpoint"]).config
+    assert acting.temporal_ensemble and acting.n_action_steps == 1
+    assert load_policy(files["init"]).config.n_action_steps == TINY["chunk_size"]
+
+
 def test_a_resume_skips_finished_rounds_and_can_add_rounds(files, tmp_path):
     first = train_dagger(config(files, tmp_path, rounds=1))
     weights = tmp_path / "run" / "round_1" / "bc"
@@ -128,6 +136,9 @@ def test_the_tasks_default_to_those_whose_expert_can_label(files, tmp_path):
         ({"vectorization": "threads"}, "vectorization must be one of"),
         ({"suite": "nope"}, "nope"),
         ({"init": "missing_folder"}, "init: checkpoint folder 'missing_folder' does not exist"),
+        ({"n_action_steps": 2, "temporal_ensemble": True}, "not both"),
+        ({"n_action_steps": 0}, "n_action_steps must be an integer >= 1"),
+        ({"n_action_steps": 5}, "n_action_steps=5 must be <= chunk_size=4"),
     ],
 )
 def test_bad_settings_are_refused_by_name(files, tmp_path, kwargs, match):
@@ -172,6 +183,7 @@ def test_the_command_line(files, tmp_path, capsys):
         (["--init", "{init}"], "--dataset is required"),
         (["--init", "{init}", "--dataset", "{demos}", "--tasks", "VLA-PushCube-v0"], "cannot label"),
         (["--init", "{init}", "--dataset", "{demos}", "--episodes", "0"], "--episodes must be an integer >= 1"),
+        (["--init", "{init}", "--dataset", "{demos}", "--n-action-steps", "2", "--temporal-ensemble"], "not both"),
     ],
 )
 def test_bad_command_lines_exit_2_with_one_line(files, capsys, argv, match):

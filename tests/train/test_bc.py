@@ -353,6 +353,16 @@ def test_init_fine_tunes_a_checkpoint_from_its_weights_and_statistics(pick_demos
     assert not torch.allclose(fresh_weights["head.weight"], start["head.weight"])
 
 
+def test_init_fine_tunes_into_a_checkpoint_that_acts_as_the_config_says(pick_demos, tmp_path):
+    first = Path(train_bc(tiny_config(pick_demos, tmp_path / "a", steps=1, checkpoint_every=0))["checkpoint"])
+    assert not load_policy(first).config.temporal_ensemble
+    ensemble = VLAConfig.from_dict({**TINY_POLICY, "temporal_ensemble": True, "n_action_steps": 1})
+    tuned = train_bc(tiny_config(pick_demos, tmp_path / "b", steps=1, init=str(first), policy=ensemble))
+    config = load_policy(tuned["checkpoint"]).config
+    assert config.temporal_ensemble and config.n_action_steps == 1
+    assert config.to_dict() == ensemble.to_dict()
+
+
 def test_init_refuses_another_architecture_or_a_missing_checkpoint(pick_demos, tmp_path):
     first = Path(train_bc(tiny_config(pick_demos, tmp_path / "a", steps=1, checkpoint_every=0))["checkpoint"])
     wider = VLAConfig.from_dict({**TINY_POLICY, "hidden_dim": 64})

@@ -201,6 +201,11 @@ def _image_norm(transformers: Any, name: str, model_type: str) -> tuple[tuple[fl
     return mean, std
 
 
+#: `VLAConfig` fields that say how a policy acts, not what it computes: a fine-tuned checkpoint may set them apart
+#: from the one it starts from (`BCConfig.init`)
+ACTING_FIELDS = ("n_action_steps", "temporal_ensemble", "ensemble_coeff", "binary_gripper", "flow_steps")
+
+
 @dataclass
 class VLAConfig(Config):
     """Architecture and acting settings of `VLAPolicy`. Small by default: trains on a laptop CPU in minutes."""

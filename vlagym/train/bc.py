@@ -23,6 +23,7 @@ reproduces the uninterrupted one bit for bit on the CPU.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -40,6 +41,7 @@ from torch.utils.data import DataLoader
 
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
+from vlagym.policies.config import ACTING_FIELDS
 from vlagym.policies.vla import VLAPolicy, load_policy
 from vlagym.train.augment import ImageAugment
 from vlagym.train.configs import BCConfig
@@ -205,6 +207,8 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
     dataset, sampler, batches_per_epoch = _data(cfg, rank, world)
     if cfg.init is not None:  # fine-tuning: the checkpoint's weights and statistics (its action scale)
         policy = load_policy(cfg.init)
+        # ... acting as `cfg.policy` says (the architecture is the checkpoint's: `BCConfig._check_init`)
+        policy.config = dataclasses.replace(policy.config, **{k: getattr(cfg.policy, k) for k in ACTING_FIELDS})
     else:
         policy = VLAPolicy(cfg.policy)
         policy.set_stats(_dataset_stats(cfg.dataset))

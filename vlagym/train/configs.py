@@ -18,7 +18,7 @@ from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
 from vlagym.distributed import backend_problem
 from vlagym.envs.constants import VECTORIZATION_MODES
-from vlagym.policies.config import VLAConfig
+from vlagym.policies.config import ACTING_FIELDS, VLAConfig
 from vlagym.train import layout
 from vlagym.train.lerobot.format import LeRobotMapping
 
@@ -240,7 +240,8 @@ class BCConfig(Config):
     """the policy's architecture (a `VLAConfig`, or its dict)"""
     init: str | None = None
     """a VLA checkpoint folder to start from (fine-tuning): its weights and normalisation statistics replace the
-    fresh initialisation; `policy` must be its architecture. None: train from scratch"""
+    fresh initialisation; `policy` must be its architecture, while how it acts (`ACTING_FIELDS`, e.g. the temporal
+    ensemble) is `policy`'s. None: train from scratch"""
     steps: int = 3000
     """total optimiser steps (every DDP rank stops at this count)"""
     batch_size: int = 64
@@ -327,7 +328,7 @@ class BCConfig(Config):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     def _check_init(self) -> None:
-        """The `init` checkpoint exists and has `policy`'s architecture."""
+        """The `init` checkpoint exists and has `policy`'s architecture (how it acts may differ: `ACTING_FIELDS`)."""
         from vlagym.policies.checkpoint import read_checkpoint_config  # lazy: imports torch
 
         try:
@@ -335,7 +336,8 @@ class BCConfig(Config):
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"init: {e}") from e
         ours = self.policy.to_dict()
-        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        keys = (set(theirs) | set(ours)) - set(ACTING_FIELDS)
+        differ = sorted(k for k in keys if theirs.get(k) != ours.get(k))
         if differ:
             raise ValueError(f"the policy differs from the init checkpoint's architecture in {differ}")
 
