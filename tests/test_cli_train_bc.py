@@ -49,6 +49,10 @@ def test_init_fine_tunes_with_the_checkpoints_architecture(demos, tmp_path, caps
     capsys.readouterr()
     assert main([*argv, "--out", str(tmp_path / "other"), "--init", str(checkpoint), "--chunk-size", "8"]) == 2
     assert "architecture in ['chunk_size']" in capsys.readouterr().err
+    # How the checkpoint acts is not architecture: the fine-tuned one acts as told.
+    assert main([*argv, "--out", str(tmp_path / "te"), "--init", str(checkpoint), "--temporal-ensemble"]) == 0
+    saved = json.loads((tmp_path / "te" / "bc_config.json").read_text())["policy"]
+    assert saved["temporal_ensemble"] and saved["n_action_steps"] == 1 and saved["chunk_size"] == 4
 
 
 def test_options_left_out_keep_the_config_defaults(demos):

@@ -57,7 +57,12 @@ def bc_config(args: argparse.Namespace) -> BCConfig:
                 policy.setdefault(key, env_kwargs[key])
         values["policy"] = policy
     if values.get("init"):  # fine-tuning: the checkpoint's architecture, unless an option says otherwise
-        values["policy"] = {**_checkpoint_policy(values["init"]), **values.get("policy", {})}
+        given, policy = values.get("policy", {}), _checkpoint_policy(values["init"])
+        if given.get("temporal_ensemble") and "n_action_steps" not in given:
+            policy["n_action_steps"] = None  # the ensemble's own: 1
+        if "n_action_steps" in given and "temporal_ensemble" not in given:
+            policy["temporal_ensemble"] = False
+        values["policy"] = {**policy, **given}
     return build(BCConfig, values)
 
 
