@@ -10,7 +10,6 @@ only then) with the env settings it was trained with. A sampling (flow) head dra
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 from collections.abc import Sequence
@@ -123,11 +122,7 @@ class CheckpointPolicy:
     def execute_chunks(self, n_action_steps: int | None = None, temporal_ensemble: bool = False) -> None:
         """Act with `n_action_steps` actions of each predicted chunk (no ensembling), or with the temporal ensemble,
         instead of the checkpoint's own setting; ValueError (from the policy config) when the chunk cannot."""
-        self.policy.config = dataclasses.replace(
-            self.policy.config,
-            n_action_steps=1 if temporal_ensemble else n_action_steps,
-            temporal_ensemble=temporal_ensemble,
-        )
+        self.policy.config = self.policy.config.executing(n_action_steps, temporal_ensemble)
 
     def chunk_execution(self) -> dict[str, Any] | None:
         """How the actions are executed: chunk size, actions run per chunk, temporal ensembling (None for a policy

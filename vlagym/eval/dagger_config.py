@@ -88,12 +88,13 @@ class DaggerConfig(Config):
                 raise DaggerError(str(e)) from e
         try:
             check_checkpoint_folder(self.init)
+            init = self._init_policy()
         except (KeyError, TypeError, ValueError) as e:
             raise DaggerError(f"init: {e}") from e
         try:
-            self.policy()
-        except (KeyError, TypeError, ValueError) as e:
-            raise DaggerError(f"init: {e}" if self.n_action_steps is None else str(e)) from e
+            init.executing(self.n_action_steps, self.temporal_ensemble)
+        except ValueError as e:  # more actions than a chunk holds
+            raise DaggerError(str(e)) from e
         try:
             self.bc = nested_config("bc", self.bc, BCConfig)
         except (TypeError, ValueError) as e:
@@ -150,15 +151,13 @@ class DaggerConfig(Config):
     def policy(self) -> Any:
         """The init checkpoint's `VLAConfig` (the architecture every round fine-tunes), acting as `n_action_steps`
         or `temporal_ensemble` say when set."""
+        return self._init_policy().executing(self.n_action_steps, self.temporal_ensemble)
+
+    def _init_policy(self) -> Any:
         from vlagym.policies.checkpoint import read_checkpoint_config  # torch
         from vlagym.policies.config import VLAConfig
 
-        config = dict(read_checkpoint_config(self.init)["config"])
-        if self.temporal_ensemble:
-            config.update(temporal_ensemble=True, n_action_steps=1)
-        elif self.n_action_steps is not None:
-            config.update(temporal_ensemble=False, n_action_steps=self.n_action_steps)
-        return VLAConfig.from_dict(config)
+        return VLAConfig.from_dict(dict(read_checkpoint_config(self.init)["config"]))
 
     def episodes_of(self, task: str) -> int:
         """Episodes per round of `task`."""

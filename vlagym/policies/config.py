@@ -3,6 +3,7 @@ as JSON with the weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -350,6 +351,15 @@ class VLAConfig(Config):
             raise ValueError(
                 f"temporal_ensemble predicts every step, so n_action_steps must be 1, got {self.n_action_steps!r}"
             )
+
+    def executing(self, n_action_steps: int | None = None, temporal_ensemble: bool = False) -> VLAConfig:
+        """This config acting with `n_action_steps` actions of each chunk (no ensemble), or with the temporal
+        ensemble (one action a step); neither given: unchanged. ValueError where the chunk cannot be run so."""
+        if temporal_ensemble:
+            return dataclasses.replace(self, temporal_ensemble=True, n_action_steps=n_action_steps or 1)
+        if n_action_steps is not None:
+            return dataclasses.replace(self, temporal_ensemble=False, n_action_steps=n_action_steps)
+        return self
 
 
 EXPORT_FORMATS = ("onnx",)
