@@ -218,3 +218,29 @@ def test_each_round_is_evaluated_on_the_suite(files, tmp_path, monkeypatch):
     assert summary["rounds"][1]["suite"] == {"mean": 0.25, "ci95": [0.1, 0.5], "splits": {"train": 0.25},
                                              "train": {TASK: 0.25}}  # fmt: skip
     assert set(summary["rounds"][1]["seconds"]) == {"collect", "train", "evaluate"}
+
+
+def test_a_resume_starts_an_added_rounds_suite_afresh_and_continues_an_interrupted_one(files, tmp_path, monkeypatch):
+    import vlagym.eval.suite_run as suite_run
+    from vlagym.eval.journal import JOURNAL_DIR, RUN_JSON
+
+    seen = []
+
+    def fake_suite(cfg):
+        seen.append(cfg)
+        return {
+            "results": {TASK: {"train": {"success_rate": 0.5}}},
+            "suite_average": {"success": {"mean": 0.5, "ci95": [0.4, 0.6]}},
+        }
+
+    monkeypatch.setattr(suite_run, "run_suite", fake_suite)
+    train_dagger(config(files, tmp_path, rounds=1, suite="vlagym-pick"))
+    train_dagger(config(files, tmp_path, rounds=2, suite="vlagym-pick", resume=True))
+    # A suite that was killed leaves its journal: the resume continues it.
+    journal = tmp_path / "run" / "round_3" / "suite" / JOURNAL_DIR
+    journal.mkdir(parents=True)
+    (journal / RUN_JSON).write_text("{}")
+    summary = train_dagger(config(files, tmp_path, rounds=3, suite="vlagym-pick", resume=True))
+    assert [cfg.out.split("/")[-2] for cfg in seen] == ["round_1", "round_2", "round_3"]
+    assert [cfg.resume for cfg in seen] == [False, False, True]
+    assert len(summary["rounds"]) == 3

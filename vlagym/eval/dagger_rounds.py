@@ -181,6 +181,7 @@ def _fine_tune(cfg: DaggerConfig, datasets: list[str], out: Path, init: str, pol
 def _evaluate(cfg: DaggerConfig, checkpoint: str, out: Path) -> dict[str, Any]:
     """The round's checkpoint on `cfg.suite`: the mean over every task and split, and each split's average."""
     from vlagym.eval.configs import SuiteRunConfig
+    from vlagym.eval.journal import has_journal
     from vlagym.eval.suite_run import run_suite
 
     bundle = run_suite(
@@ -191,7 +192,7 @@ def _evaluate(cfg: DaggerConfig, checkpoint: str, out: Path) -> dict[str, Any]:
             num_envs=cfg.num_envs,
             vectorization=cfg.vectorization,
             sequential_width=cfg.sequential_width,
-            resume=cfg.resume,
+            resume=cfg.resume and has_journal(out),  # a round added by the resume starts its suite afresh
             progress=cfg.progress,
         )
     )

@@ -50,6 +50,11 @@ def check_run(out: str | os.PathLike, run_config: dict[str, Any], resume: bool) 
     atomic_write_json(folder / RUN_JSON, json.loads(json.dumps(run_config, default=str)))
 
 
+def has_journal(out: str | os.PathLike) -> bool:
+    """Whether `out` holds the journal of a run that was started and not finished (one `resume` continues)."""
+    return (Path(out) / JOURNAL_DIR / RUN_JSON).is_file()
+
+
 class EpisodeJournal:
     """The journal of one task's episodes under some env kwargs and reset options."""
 
@@ -97,4 +102,4 @@ def remove_journals(out: str | os.PathLike) -> None:
     shutil.rmtree(Path(out) / JOURNAL_DIR, ignore_errors=True)
 
 
-__all__ = ["JOURNAL_DIR", "EpisodeJournal", "check_run", "remove_journals"]
+__all__ = ["JOURNAL_DIR", "EpisodeJournal", "check_run", "has_journal", "remove_journals"]
