@@ -107,10 +107,15 @@ def test_a_round_killed_in_training_resumes_with_its_demos_as_they_are(files, tm
         train_dagger(config(files, tmp_path, rounds=1))
     demos = tmp_path / "run" / "round_1" / "demos" / "PickCup.hdf5"
     stamp = demos.stat().st_mtime_ns
+    collected = json.loads((tmp_path / "run" / "round_1" / "seconds.json").read_text())
+    assert set(collected) == {"collect"}  # the stage that finished before the kill
     monkeypatch.undo()
     summary = train_dagger(config(files, tmp_path, rounds=1, resume=True))
     assert summary["rounds"][0]["collection"][TASK]["episodes"] == 2
     assert demos.stat().st_mtime_ns == stamp  # complete: the resume ran no episode again
+    # ... and it reports the collection's own seconds, not those of its skip
+    assert summary["rounds"][0]["seconds"]["collect"] == collected["collect"]
+    assert set(summary["rounds"][0]["seconds"]) == {"collect", "train"}
 
 
 def test_the_tasks_default_to_those_whose_expert_can_label(files, tmp_path):

@@ -13,6 +13,7 @@ on a benchmark suite. Layout:
     OUT/round_R/demos/<Task>.hdf5   the policy's episodes, the expert's labels (`vlagym demos --policy`'s files)
     OUT/round_R/bc/                 the fine-tuning (`vlagym train-bc --init`'s run folder)
     OUT/round_R/suite/              the suite's bundle of the round's checkpoint (with `suite`)
+    OUT/round_R/seconds.json        the round's stages' seconds so far (a resume reports finished ones as they took)
     OUT/dagger_summary.json         per round: the acting policy's success in collection, the checkpoint, the
                                     suite's averages, seconds; rewritten after every round
 
@@ -22,10 +23,12 @@ fine-tuning and its suite where they stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,25 +100,43 @@ def train_dagger(cfg: DaggerConfig) -> dict[str, Any]:
         if r <= len(rounds):  # finished before a resume
             checkpoint = rounds[r - 1]["checkpoint"]
             continue
-        record: dict[str, Any] = {"round": r, "acting": checkpoint, "seconds": {}}
-        start = time.perf_counter()
-        record["collection"] = {
-            task: _collect(cfg, task, checkpoint, policy, path, cfg.round_seed(r)) for task, path in files.items()
-        }
-        record["seconds"]["collect"] = time.perf_counter() - start
-        start = time.perf_counter()
-        checkpoint = _fine_tune(cfg, datasets, folder / "bc", checkpoint, policy)
-        record["seconds"]["train"] = time.perf_counter() - start
+        record: dict[str, Any] = {"round": r, "acting": checkpoint}
+        seconds = _StageSeconds(folder, cfg.resume)
+        with seconds.stage("collect"):
+            record["collection"] = {
+                task: _collect(cfg, task, checkpoint, policy, path, cfg.round_seed(r)) for task, path in files.items()
+            }
+        with seconds.stage("train"):
+            checkpoint = _fine_tune(cfg, datasets, folder / "bc", checkpoint, policy)
         record["checkpoint"] = checkpoint
         if cfg.suite is not None:
-            start = time.perf_counter()
-            record["suite"] = _evaluate(cfg, checkpoint, folder / "suite")
-            record["seconds"]["evaluate"] = time.perf_counter() - start
+            with seconds.stage("evaluate"):
+                record["suite"] = _evaluate(cfg, checkpoint, folder / "suite")
+        record["seconds"] = seconds.done
         rounds.append(record)
         summary["checkpoint"] = checkpoint
         atomic_write_json(out / SUMMARY_NAME, summary)
         logger.info("DAgger round %d of %d done: %s", r, cfg.rounds, checkpoint)
     return summary
+
+
+class _StageSeconds:
+    """Wall-clock seconds of a round's stages, kept in ``round_R/seconds.json`` as each one finishes: a resumed
+    round reports a stage finished before the interruption with its own time, not the time its skip took (a stage
+    cut off midway counts from the resume only)."""
+
+    def __init__(self, folder: Path, resume: bool):
+        self.path = folder / "seconds.json"
+        self.before = json.loads(self.path.read_text()) if resume and self.path.is_file() else {}
+        self.done: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.done[name] = float(self.before.get(name, time.perf_counter() - start))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path, self.done)
 
 
 def _short(task: str) -> str:
