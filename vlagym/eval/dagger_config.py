@@ -77,10 +77,10 @@ class DaggerConfig(Config):
 
     def __post_init__(self) -> None:
         self.init = str(self.init)
-        if self.n_action_steps is not None and self.temporal_ensemble:
-            raise DaggerError("give n_action_steps or temporal_ensemble, not both (the ensemble predicts every step)")
         if not isinstance(self.temporal_ensemble, bool):
             raise DaggerError(f"temporal_ensemble must be a bool, got {self.temporal_ensemble!r}")
+        if self.n_action_steps is not None and self.temporal_ensemble:
+            raise DaggerError("give n_action_steps or temporal_ensemble, not both (the ensemble predicts every step)")
         if self.n_action_steps is not None:
             try:
                 check_int("n_action_steps", self.n_action_steps, 1)
