@@ -66,6 +66,8 @@ def test_no_augment_turns_the_augmentation_off(demos):
     on = parse_config(["train-bc", "--dataset", str(demos)])
     off = parse_config(["train-bc", "--dataset", str(demos), "--no-augment"])
     assert on.augment is True and off.augment is False
+    wrist = parse_config(["train-bc", "--dataset", str(demos), "--unshifted-cameras", "wrist"])
+    assert on.augmentation.unshifted_cameras == () and wrist.augmentation.unshifted_cameras == ("wrist",)
 
 
 def test_help_shows_each_fields_docstring_and_default(capsys):
@@ -88,6 +90,7 @@ def test_help_shows_each_fields_docstring_and_default(capsys):
         (["--dataset", "MISSING"], "does not exist"),
         (["--dataset", "NOTDEMO"], "not a vlagym demo file"),
         (["--init", "MISSING"], "--init: "),
+        (["--unshifted-cameras", "wirst"], "unshifted_cameras ['wirst'] are not among the policy's cameras"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(demos, tmp_path, capsys, extra, needle):

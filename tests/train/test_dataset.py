@@ -374,6 +374,28 @@ def test_dataset_augments_each_camera_and_sample_independently(demo_file_factory
     assert hwc.shape == (16, 16, 3) and hwc.dtype == torch.uint8
 
 
+def test_an_unshifted_camera_keeps_its_view_and_gets_its_colour_jitter(demo_file_factory):
+    path = demo_file_factory(lengths=(4,), image_size=16)
+    plain = DemoDataset(path)[2]
+    geometry = dict(crop_scale=(0.6, 0.9), shift_px=3)
+    colour = dict(brightness=0.4, contrast=0.3, saturation=0.3, hue=0.03)
+    still = {k: 0 for k in colour}
+    # Geometry only: the wrist image is the demo's own, the front one moves.
+    item = DemoDataset(path, augment=ImageAugment(**geometry, **still, unshifted_cameras=("wrist",)), seed=7)[2]
+    assert torch.equal(item["observation.images.wrist"], plain["observation.images.wrist"])
+    assert not torch.equal(item["observation.images.front"], plain["observation.images.front"])
+    # With colour too: the wrist image gets the colour jitter of the same draw, and the front camera is as
+    # without the option.
+    both = DemoDataset(path, augment=ImageAugment(**geometry, **colour, unshifted_cameras=("wrist",)), seed=7)[2]
+    colour_only = DemoDataset(path, augment=ImageAugment(crop_scale=None, shift_px=0, **colour), seed=7)[2]
+    default = DemoDataset(path, augment=ImageAugment(**geometry, **colour), seed=7)[2]
+    assert torch.equal(both["observation.images.wrist"], colour_only["observation.images.wrist"])
+    assert not torch.equal(both["observation.images.wrist"], plain["observation.images.wrist"])
+    assert torch.equal(both["observation.images.front"], default["observation.images.front"])
+    with pytest.raises(ValueError, match="unshifted_cameras"):
+        AugmentConfig(unshifted_cameras="wrist")
+
+
 @pytest.mark.parametrize("history, image_format", [(1, "chw"), (2, "hwc")])
 def test_a_batch_of_items_equals_the_items_one_by_one(demo_file_factory, history, image_format):
     path = demo_file_factory(lengths=(5, 7), image_size=16)

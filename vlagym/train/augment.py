@@ -131,9 +131,10 @@ class ImageAugment:
         x = x[None] if shared else x[:, None]  # (draws, images per draw, 3, H, W)
         return self.apply(x, self.draw(x.shape[0], generator)).reshape(shape)
 
-    def apply(self, images: torch.Tensor, uniforms: np.ndarray) -> torch.Tensor:
+    def apply(self, images: torch.Tensor, uniforms: np.ndarray, camera: str | None = None) -> torch.Tensor:
         """The pixel work: uint8 images `(n, *, 3, H, W)`, all images of ``images[i]`` augmented by draw
-        ``uniforms[i]`` (`(n, NUM_UNIFORMS)` in [0, 1), e.g. from `draw`)."""
+        ``uniforms[i]`` (`(n, NUM_UNIFORMS)` in [0, 1), e.g. from `draw`); the images of a camera named in
+        `unshifted_cameras` keep their view (colour only)."""
         if images.dtype != torch.uint8:
             raise TypeError(f"ImageAugment takes uint8 images, got {images.dtype}")
         n = images.shape[0]
@@ -148,7 +149,7 @@ class ImageAugment:
         x = x.reshape(n * m, 3, height, width)
         if m > 1:
             uniforms = np.repeat(uniforms, m, axis=0)
-        if self.has_geometry:
+        if self.has_geometry and camera not in self.config.unshifted_cameras:
             x = self._resample(x, self.views(uniforms, height, width))
         if self.has_color:
             x = self._color(x, *self.color_params(uniforms))

@@ -349,9 +349,9 @@ class DemoDataset(Dataset):
         keys = [f"observation.images.{cam}" for cam in self.cameras]
         if hasattr(self.augment, "apply"):
             index = np.array([item["index"] for item in read], dtype=np.int64)
-            for c, key in enumerate(keys):
+            for c, (cam, key) in enumerate(zip(self.cameras, keys, strict=True)):
                 images = torch.stack([item[key] for item in read])
-                images = self.augment.apply(images, self._uniforms(index, c, NUM_UNIFORMS))
+                images = self.augment.apply(images, self._uniforms(index, c, NUM_UNIFORMS), camera=cam)
                 for item, image in zip(read, images, strict=True):
                     item[key] = image
         else:
