@@ -66,8 +66,11 @@ def test_no_augment_turns_the_augmentation_off(demos):
     on = parse_config(["train-bc", "--dataset", str(demos)])
     off = parse_config(["train-bc", "--dataset", str(demos), "--no-augment"])
     assert on.augment is True and off.augment is False
-    wrist = parse_config(["train-bc", "--dataset", str(demos), "--unshifted-cameras", "wrist"])
-    assert on.augmentation.unshifted_cameras == () and wrist.augmentation.unshifted_cameras == ("wrist",)
+    # The wrist view is only colour-jittered by default; the flag alone zooms and shifts every camera.
+    every = parse_config(["train-bc", "--dataset", str(demos), "--unshifted-cameras"])
+    both = parse_config(["train-bc", "--dataset", str(demos), "--unshifted-cameras", "wrist", "front"])
+    assert on.augmentation.unshifted_cameras == ("wrist",) and every.augmentation.unshifted_cameras == ()
+    assert both.augmentation.unshifted_cameras == ("wrist", "front")
 
 
 def test_help_shows_each_fields_docstring_and_default(capsys):
@@ -90,7 +93,7 @@ def test_help_shows_each_fields_docstring_and_default(capsys):
         (["--dataset", "MISSING"], "does not exist"),
         (["--dataset", "NOTDEMO"], "not a vlagym demo file"),
         (["--init", "MISSING"], "--init: "),
-        (["--unshifted-cameras", "wirst"], "unshifted_cameras ['wirst'] are not among the policy's cameras"),
+        (["--unshifted-cameras", "wirst"], "unshifted_cameras must be camera names among ['front', 'wrist', 'side']"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(demos, tmp_path, capsys, extra, needle):

@@ -17,6 +17,10 @@ from typing import Any, TypeVar
 
 C = TypeVar("C", bound="Config")
 
+#: field metadata: a sequence field whose command-line flag may be given without values (an empty sequence), e.g.
+#: to turn off a non-empty default: ``field(default=("wrist",), metadata={EMPTY_FLAG: True})``
+EMPTY_FLAG = "flag_may_be_empty"
+
 
 class Config:
     """Mixin of a config dataclass: `to_dict` / `from_dict` (nested dataclass fields rebuilt, unknown keys raise)."""

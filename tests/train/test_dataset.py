@@ -384,16 +384,19 @@ def test_an_unshifted_camera_keeps_its_view_and_gets_its_colour_jitter(demo_file
     item = DemoDataset(path, augment=ImageAugment(**geometry, **still, unshifted_cameras=("wrist",)), seed=7)[2]
     assert torch.equal(item["observation.images.wrist"], plain["observation.images.wrist"])
     assert not torch.equal(item["observation.images.front"], plain["observation.images.front"])
-    # With colour too: the wrist image gets the colour jitter of the same draw, and the front camera is as
-    # without the option.
-    both = DemoDataset(path, augment=ImageAugment(**geometry, **colour, unshifted_cameras=("wrist",)), seed=7)[2]
+    # With colour too (the default: the wrist view unshifted): the wrist image gets the colour jitter of the same
+    # draw, and the front camera is as when every camera moves.
+    assert ImageAugment().config.unshifted_cameras == ("wrist",)
+    both = DemoDataset(path, augment=ImageAugment(**geometry, **colour), seed=7)[2]
     colour_only = DemoDataset(path, augment=ImageAugment(crop_scale=None, shift_px=0, **colour), seed=7)[2]
-    default = DemoDataset(path, augment=ImageAugment(**geometry, **colour), seed=7)[2]
+    every = DemoDataset(path, augment=ImageAugment(**geometry, **colour, unshifted_cameras=()), seed=7)[2]
     assert torch.equal(both["observation.images.wrist"], colour_only["observation.images.wrist"])
     assert not torch.equal(both["observation.images.wrist"], plain["observation.images.wrist"])
-    assert torch.equal(both["observation.images.front"], default["observation.images.front"])
-    with pytest.raises(ValueError, match="unshifted_cameras"):
-        AugmentConfig(unshifted_cameras="wrist")
+    assert not torch.equal(every["observation.images.wrist"], colour_only["observation.images.wrist"])
+    assert torch.equal(both["observation.images.front"], every["observation.images.front"])
+    for bad in ("wrist", ("wirst",)):
+        with pytest.raises(ValueError, match="unshifted_cameras must be camera names"):
+            AugmentConfig(unshifted_cameras=bad)
 
 
 @pytest.mark.parametrize("history, image_format", [(1, "chw"), (2, "hwc")])

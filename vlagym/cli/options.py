@@ -5,8 +5,9 @@
     cfg = BCConfig(**values)
 
 Field types map to flags: ``bool`` → ``--x`` / ``--no-x``; ``int``, ``float``, ``str`` (and ``X | None``) →
-``--x VALUE``; ``list[...]`` / ``tuple[..., ...]`` → ``--x V [V ...]``; ``dict`` → ``--x JSON`` (a JSON
-object); a nested `Config` → its own fields' flags (prefixed with the field name where a name would clash).
+``--x VALUE``; ``list[...]`` / ``tuple[..., ...]`` → ``--x V [V ...]`` (``--x [V ...]`` where the field's
+metadata holds `vlagym.config.EMPTY_FLAG`); ``dict`` → ``--x JSON`` (a JSON object); a nested `Config` → its own
+fields' flags (prefixed with the field name where a name would clash).
 Only the flags a user gives reach the config, so its own defaults (shown in the help) stay the single
 source of truth.
 """
@@ -20,7 +21,7 @@ import types
 import typing
 from typing import Any, Union
 
-from vlagym.config import Config, field_docs
+from vlagym.config import EMPTY_FLAG, Config, field_docs
 
 UNSET = argparse.SUPPRESS  # an option the user did not give leaves no attribute on the namespace
 
@@ -117,7 +118,10 @@ def add_options(
         if tp is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
         else:
-            parser.add_argument(*flags, metavar=_metavar(tp, f.name), **_type_kwargs(tp), **kwargs)
+            type_kwargs = _type_kwargs(tp)
+            if f.metadata.get(EMPTY_FLAG) and type_kwargs.get("nargs") == "+":
+                type_kwargs["nargs"] = "*"  # the flag alone: an empty sequence
+            parser.add_argument(*flags, metavar=_metavar(tp, f.name), **type_kwargs, **kwargs)
 
 
 def _type_kwargs(tp: Any) -> dict[str, Any]:

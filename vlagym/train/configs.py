@@ -15,9 +15,9 @@ from typing import Any, Literal, get_args
 
 import vlagym
 from vlagym.checks import check_float, check_int
-from vlagym.config import Config, nested_config
+from vlagym.config import EMPTY_FLAG, Config, nested_config
 from vlagym.distributed import backend_problem
-from vlagym.envs.constants import VECTORIZATION_MODES
+from vlagym.envs.constants import CAMERAS, VECTORIZATION_MODES
 from vlagym.policies.config import ACTING_FIELDS, VLAConfig
 from vlagym.train import layout
 from vlagym.train.lerobot.format import LeRobotMapping
@@ -211,9 +211,10 @@ class AugmentConfig(Config):
     """blend with each pixel's gray by a factor in [1 - saturation, 1 + saturation]"""
     hue: float = 0.03
     """turn the colours by up to this fraction of a full turn (0.5: 180 degrees), either way"""
-    unshifted_cameras: tuple[str, ...] = ()
-    """cameras whose views are never zoomed or shifted, only colour-jittered: a camera on the hand ("wrist") shows
-    how far the object is from the fingers as a position in its image, which a zoom or shift would blur"""
+    unshifted_cameras: tuple[str, ...] = field(default=("wrist",), metadata={EMPTY_FLAG: True})
+    """cameras whose views are never zoomed or shifted, only colour-jittered: the camera on the hand ("wrist") shows
+    how far the object is from the fingers as a position in its image, which a zoom or shift would blur (a
+    policy without such a camera has nothing to leave out; the flag without a name zooms and shifts every camera)"""
 
     def __post_init__(self) -> None:
         crop = self.crop_scale
@@ -227,8 +228,8 @@ class AugmentConfig(Config):
             check_float(name, getattr(self, name), 0.0, 1.0)
         check_float("hue", self.hue, 0.0, 0.5)
         cams = self.unshifted_cameras
-        if isinstance(cams, str) or not all(isinstance(c, str) and c for c in cams):
-            raise ValueError(f"unshifted_cameras must be camera names, got {cams!r}")
+        if isinstance(cams, str) or not all(c in CAMERAS for c in cams):
+            raise ValueError(f"unshifted_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
         self.unshifted_cameras = tuple(cams)
         for name in ("shift_px", "brightness", "contrast", "saturation", "hue"):
             setattr(self, name, float(getattr(self, name)))
@@ -324,9 +325,6 @@ class BCConfig(Config):
             self.dataset = [str(resolve_dataset(path, self.lerobot)) for path in self.dataset]
         self.policy = nested_config("policy", self.policy, VLAConfig)
         self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
-        unknown = sorted(set(self.augmentation.unshifted_cameras) - set(self.policy.cameras))
-        if unknown:
-            raise ValueError(f"unshifted_cameras {unknown} are not among the policy's cameras {self.policy.cameras}")
         if self.init is not None:
             self.init = str(self.init)
             self._check_init()
