@@ -394,7 +394,7 @@ def test_an_unshifted_camera_keeps_its_view_and_gets_its_colour_jitter(demo_file
     assert not torch.equal(both["observation.images.wrist"], plain["observation.images.wrist"])
     assert not torch.equal(every["observation.images.wrist"], colour_only["observation.images.wrist"])
     assert torch.equal(both["observation.images.front"], every["observation.images.front"])
-    for bad in ("wrist", ("wirst",)):
+    for bad in ("wrist", ("wirst",), None):
         with pytest.raises(ValueError, match="unshifted_cameras must be camera names"):
             AugmentConfig(unshifted_cameras=bad)
 

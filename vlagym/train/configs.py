@@ -228,7 +228,7 @@ class AugmentConfig(Config):
             check_float(name, getattr(self, name), 0.0, 1.0)
         check_float("hue", self.hue, 0.0, 0.5)
         cams = self.unshifted_cameras
-        if isinstance(cams, str) or not all(c in CAMERAS for c in cams):
+        if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
             raise ValueError(f"unshifted_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
         self.unshifted_cameras = tuple(cams)
         for name in ("shift_px", "brightness", "contrast", "saturation", "hue"):
