@@ -3,7 +3,7 @@
     vlagym list | video TASK                      the tasks; an mp4 of a task's scripted expert
     vlagym demos | dataset info|check FILE        scripted demonstrations (HDF5) and their checks
     vlagym train-bc | train-fbc | train-rl        behaviour cloning, filtered-BC and PPO post-training
-    vlagym quickstart                             the main job: demos -> BC -> evaluation
+    vlagym quickstart                             the main job: demos -> BC -> DAgger round -> evaluation
     vlagym eval | curve | report | compare | replicates | bench-suite
                                                   success rates, test curves, results bundles, statistics
     vlagym bench                                  speed benchmarks

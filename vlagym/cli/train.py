@@ -260,8 +260,12 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     for name in evals:
         print(f"\n{summary['labels'][name]}:")
         print(format_results(summary["results"][name]))
+    dagger = summary["dagger"]
+    if dagger is not None:
+        print(f"\nDAgger round: the BC policy solved {dagger['policy_successes']} of {dagger['episodes']} episodes")
+    round_s = f", DAgger round {t['dagger']:.0f} s" if "dagger" in t else ""
     print(
-        f"\ntime: demos {t['demos']:.0f} s, training {t['train']:.0f} s, evaluation "
+        f"\ntime: demos {t['demos']:.0f} s, training {t['train']:.0f} s{round_s}, evaluation "
         f"{sum(t[name] for name in evals):.0f} s, total {summary['total_s'] / 60:.1f} min"
     )
     print(f"demos: {summary['demos']['path']}")
@@ -274,9 +278,10 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "quickstart",
-        help="the main job: demos -> train the VLA -> evaluate (built-in defaults)",
-        description="Collect scripted demos for VLA-PickCup-v0, train the VLA by behaviour cloning, and evaluate it "
-        "on fresh seeds with the train and the held-out instruction wordings. No arguments needed.",
+        help="the main job: demos -> train the VLA -> a DAgger round -> evaluate (built-in defaults)",
+        description="Collect scripted demos for VLA-PickCup-v0, train the VLA by behaviour cloning, fine-tune it "
+        "in one DAgger round (the policy acts, the scripted expert labels), and evaluate it on fresh seeds with the "
+        "train and the held-out instruction wordings. No arguments needed.",
     )
     add_options(p, QuickstartConfig)
     p.set_defaults(handler=cmd_quickstart, config=lambda args: config_from_args(QuickstartConfig, args))

@@ -1,20 +1,26 @@
-"""The whole loop on built-in defaults: scripted demos -> behaviour cloning -> evaluation.
+"""The whole loop on built-in defaults: scripted demos -> behaviour cloning -> one DAgger round -> evaluation.
 
-    vlagym quickstart            # about 15 minutes on a 2-core laptop CPU
+    vlagym quickstart            # 10-20 minutes on a 2-core laptop CPU
 
 Every stage writes into one run folder (demos.hdf5, bc/ with checkpoints and
-TensorBoard logs, eval/ and eval_heldout/ with results and videos), and the
-run's config is saved beside them. quickstart_summary.json adds the stages' times
-and the machine's fingerprint (package versions, CPU): the same seeds train the
-same weights on one machine, not on every machine (docs/speed.md). Evaluation
-seeds start at `eval_seed`, far from the demo seeds 0..demos-1, so the policy is
-scored on scenes it never saw.
+TensorBoard logs, dagger/ with the round's episodes and its fine-tuning, eval/ and
+eval_heldout/ with results and videos), and the run's config is saved beside them.
+quickstart_summary.json adds the stages' times and the machine's fingerprint
+(package versions, CPU): the same seeds train the same weights on one machine, not
+on every machine (docs/speed.md). The demos, the DAgger round and the evaluations
+each have seeds of their own, so the policy is scored on scenes it never saw.
+
+The DAgger round (Ross et al. 2011) lets the cloned policy act on fresh seeds while
+the scripted expert labels every state it visits, then fine-tunes the policy on the
+demos plus those labels: the states a cloned policy drifts into, which the expert's
+own demos never visit, get the expert's way out of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +33,10 @@ from vlagym.train.run_files import TB_DIR
 logger = logging.getLogger(__name__)
 
 CHUNK_SIZE = VLAConfig.chunk_size  # the policy's default chunk: the quickstart trains with it
+#: the DAgger round's episode i is reset with seed DAGGER_SEED + i (far from the demos' and the evaluations' seeds)
+DAGGER_SEED = 500_000
+#: peak learning rate of the DAgger round's fine-tuning (the multi-task recipe's, docs/multitask.md)
+DAGGER_LR = 1e-4
 
 
 @dataclass
@@ -55,6 +65,12 @@ class QuickstartConfig:
     action for this step (measured better than executing chunks open-loop)"""
     n_action_steps: int = 5
     """without temporal ensembling: actions of each predicted chunk executed before predicting again"""
+    dagger_episodes: int = 300
+    """episodes of the DAgger round after behaviour cloning: the policy acts on fresh seeds, the scripted expert
+    labels every state it visits, and the policy is fine-tuned on the demos plus these (0: no round; skipped for a
+    task whose expert cannot label another policy's states)"""
+    dagger_steps: int = 2000
+    """optimiser steps of the DAgger round's fine-tuning"""
     eval_episodes: int = 200
     """evaluation episodes per instruction split"""
     eval_seed: int = 1_000_000
@@ -79,8 +95,23 @@ class QuickstartConfig:
             raise ValueError(f"action_noise must be in [0, 1], got {self.action_noise!r}")
         if not 0.0 <= self.ema < 1.0:
             raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
-        if self.eval_seed < self.demos:
-            raise ValueError(f"eval_seed ({self.eval_seed}) must not overlap the demo seeds 0..{self.demos - 1}")
+        for name in ("dagger_episodes", "dagger_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.dagger_episodes and not self.dagger_steps:
+            raise ValueError("dagger_steps must be positive when dagger_episodes is (or set dagger_episodes 0)")
+        seeds = {
+            "the demo seeds": (0, self.demos),
+            "the DAgger seeds": (DAGGER_SEED, DAGGER_SEED + self.dagger_episodes),
+            "the evaluation seeds": (self.eval_seed, self.eval_seed + self.eval_episodes),
+        }
+        names = [name for name, (first, end) in seeds.items() if end > first]
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                (a0, a1), (b0, b1) = seeds[a], seeds[b]
+                if a0 < b1 and b0 < a1:
+                    raise ValueError(f"{a} {a0}..{a1 - 1} overlap {b} {b0}..{b1 - 1}: every stage needs fresh scenes")
 
 
 def evaluations(task: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -131,6 +162,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
 
     start = time.perf_counter()
     bc_out = out / "bc"
+    batch_size = min(cfg.batch_size, demos.steps)  # a tiny demo set (a smoke run) may hold fewer samples than one batch
     train_bc(
         BCConfig(
             dataset=[str(demo_path)],
@@ -142,8 +174,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
             ),
             steps=cfg.steps,
             ema=cfg.ema,
-            # A tiny demo set (a smoke run) may hold fewer samples than one batch.
-            batch_size=min(cfg.batch_size, demos.steps),
+            batch_size=batch_size,
             seed=cfg.seed,
             checkpoint_every=max(cfg.steps // 3, 1),
             progress=cfg.progress,
@@ -151,6 +182,13 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     )
     checkpoint = latest_checkpoint(bc_out)
     timings["train"] = time.perf_counter() - start
+
+    dagger = None
+    if dagger_applies(cfg):
+        start = time.perf_counter()
+        dagger = _dagger_round(cfg, demo_path, checkpoint, batch_size)
+        checkpoint = dagger["checkpoint"]
+        timings["dagger"] = time.perf_counter() - start
 
     results, labels = {}, {}
     for name, label, env_kwargs in evaluations(cfg.task):
@@ -174,6 +212,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "out": str(out),
         "demos": {"path": str(demo_path), "demos": demos.demos, "steps": demos.steps, "failures": demos.failures},
         "checkpoint": str(checkpoint),
+        "dagger": dagger,
         "tensorboard": str(bc_out / TB_DIR),
         "results": results,
         "labels": labels,
@@ -183,3 +222,59 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     }
     atomic_write_json(out / "quickstart_summary.json", {k: v for k, v in summary.items() if k != "results"})
     return summary
+
+
+def dagger_applies(cfg: QuickstartConfig) -> bool:
+    """Whether the quickstart runs its DAgger round: asked for, and the task's expert can label another policy's
+    states (`vlagym.envs.expert.labels_others`); otherwise the BC checkpoint is evaluated as it is."""
+    from vlagym.envs.expert import labels_others
+
+    if not cfg.dagger_episodes:
+        return False
+    if not labels_others(cfg.task):
+        logger.warning("%s's expert cannot label another policy's states: no DAgger round", cfg.task)
+        return False
+    return True
+
+
+def _dagger_round(cfg: QuickstartConfig, demo_path: Path, checkpoint: Path, batch_size: int) -> dict[str, Any]:
+    """One DAgger round from the BC checkpoint (`vlagym train-dagger`'s, into OUT/dagger): its episodes, how many
+    the acting policy solved, and the fine-tuned checkpoint."""
+    from vlagym.eval.dagger_config import DaggerConfig
+    from vlagym.eval.dagger_rounds import CONFIG_NAME, train_dagger
+    from vlagym.train.bc import BCConfig
+
+    out = Path(cfg.out) / "dagger"
+    if (out / CONFIG_NAME).is_file():  # an earlier quickstart's round in this folder: its demos and BC are replaced too
+        logger.info("replacing the earlier run's DAgger round in %s", out)
+        shutil.rmtree(out)
+    summary = train_dagger(
+        DaggerConfig(
+            init=str(checkpoint),
+            bc=BCConfig(
+                dataset=[str(demo_path)],
+                steps=cfg.dagger_steps,
+                lr=DAGGER_LR,
+                ema=cfg.ema,
+                batch_size=batch_size,
+                seed=cfg.seed,
+                checkpoint_every=cfg.dagger_steps,
+            ),
+            out=str(out),
+            rounds=1,
+            tasks=[cfg.task],
+            episodes=cfg.dagger_episodes,
+            collect_seed=DAGGER_SEED,
+            num_envs=cfg.num_envs,
+            n_action_steps=None if cfg.temporal_ensemble else cfg.n_action_steps,
+            temporal_ensemble=cfg.temporal_ensemble,
+            progress=cfg.progress,
+        )
+    )
+    (record,) = summary["rounds"]
+    (collected,) = record["collection"].values()
+    return {
+        "episodes": collected["episodes"],
+        "policy_successes": collected["policy_successes"],
+        "checkpoint": record["checkpoint"],
+    }
