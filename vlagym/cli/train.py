@@ -257,12 +257,12 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     summary = run_quickstart(config_from_args(QuickstartConfig, args))
     t = summary["timings_s"]
     evals = list(summary["results"])
+    dagger = summary["dagger"]
+    if dagger is not None:
+        print(f"DAgger round: the BC policy solved {dagger['policy_successes']} of {dagger['episodes']} episodes")
     for name in evals:
         print(f"\n{summary['labels'][name]}:")
         print(format_results(summary["results"][name]))
-    dagger = summary["dagger"]
-    if dagger is not None:
-        print(f"\nDAgger round: the BC policy solved {dagger['policy_successes']} of {dagger['episodes']} episodes")
     round_s = f", DAgger round {t['dagger']:.0f} s" if "dagger" in t else ""
     print(
         f"\ntime: demos {t['demos']:.0f} s, training {t['train']:.0f} s{round_s}, evaluation "

@@ -54,7 +54,7 @@ class QuickstartConfig:
     """parallel sub-envs for collection and evaluation"""
     image_size: int = 64
     """camera image side, for the demos and the policy"""
-    steps: int = 5000
+    steps: int = 4000
     """behaviour-cloning optimiser steps"""
     batch_size: int = 64
     """behaviour-cloning batch size"""
