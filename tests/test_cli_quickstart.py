@@ -9,6 +9,7 @@ import torch
 
 from vlagym.cli import main
 from vlagym.eval.quickstart import DAGGER_SEED, QuickstartConfig, dagger_applies
+from vlagym.policies.checkpoint import read_checkpoint_config
 
 
 @pytest.mark.smoke
@@ -35,6 +36,9 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     assert dagger_config["init"] == str(out / "bc" / "checkpoints" / "step_4")
     assert dagger_config["collect_seed"] == DAGGER_SEED and dagger_config["bc"]["steps"] == 3
     assert set(summary["timings_s"]) >= {"demos", "train", "dagger", "eval"}
+    # the round acted, and its checkpoint acts, as the BC checkpoint: with the temporal ensemble
+    for checkpoint in (dagger_config["init"], summary["checkpoint"]):
+        assert read_checkpoint_config(checkpoint)["config"]["temporal_ensemble"] is True
     # the machine and package builds beside the figures: other ones train other weights from the same seeds
     assert summary["machine"]["versions"]["torch"] == torch.__version__ and summary["machine"]["cpu_count"] >= 1
     for folder in ("eval", "eval_heldout", "eval_three_cups"):

@@ -19,6 +19,7 @@ own demos never visit, get the expert's way out of them.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import shutil
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlagym.eval.dagger_config import DaggerConfig
 from vlagym.io import atomic_write_json
 from vlagym.policies.config import VLAConfig
 from vlagym.train.run_files import TB_DIR
@@ -33,8 +35,8 @@ from vlagym.train.run_files import TB_DIR
 logger = logging.getLogger(__name__)
 
 CHUNK_SIZE = VLAConfig.chunk_size  # the policy's default chunk: the quickstart trains with it
-#: the DAgger round's episode i is reset with seed DAGGER_SEED + i (far from the demos' and the evaluations' seeds)
-DAGGER_SEED = 500_000
+#: the DAgger round's episode i is reset with seed DAGGER_SEED + i (`vlagym train-dagger`'s default first seed)
+DAGGER_SEED = DaggerConfig.collect_seed
 #: peak learning rate of the DAgger round's fine-tuning (the multi-task recipe's, docs/multitask.md)
 DAGGER_LR = 1e-4
 
@@ -106,12 +108,10 @@ class QuickstartConfig:
             "the DAgger seeds": (DAGGER_SEED, DAGGER_SEED + self.dagger_episodes),
             "the evaluation seeds": (self.eval_seed, self.eval_seed + self.eval_episodes),
         }
-        names = [name for name, (first, end) in seeds.items() if end > first]
-        for i, a in enumerate(names):
-            for b in names[i + 1 :]:
-                (a0, a1), (b0, b1) = seeds[a], seeds[b]
-                if a0 < b1 and b0 < a1:
-                    raise ValueError(f"{a} {a0}..{a1 - 1} overlap {b} {b0}..{b1 - 1}: every stage needs fresh scenes")
+        ranges = sorted((first, end, name) for name, (first, end) in seeds.items() if end > first)
+        for (a0, a1, a), (b0, b1, b) in itertools.pairwise(ranges):
+            if b0 < a1:
+                raise ValueError(f"{a} {a0}..{a1 - 1} overlap {b} {b0}..{b1 - 1}: every stage needs fresh scenes")
 
 
 def evaluations(task: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -240,7 +240,6 @@ def dagger_applies(cfg: QuickstartConfig) -> bool:
 def _dagger_round(cfg: QuickstartConfig, demo_path: Path, checkpoint: Path, batch_size: int) -> dict[str, Any]:
     """One DAgger round from the BC checkpoint (`vlagym train-dagger`'s, into OUT/dagger): its episodes, how many
     the acting policy solved, and the fine-tuned checkpoint."""
-    from vlagym.eval.dagger_config import DaggerConfig
     from vlagym.eval.dagger_rounds import CONFIG_NAME, train_dagger
     from vlagym.train.bc import BCConfig
 
@@ -265,9 +264,7 @@ def _dagger_round(cfg: QuickstartConfig, demo_path: Path, checkpoint: Path, batc
             tasks=[cfg.task],
             episodes=cfg.dagger_episodes,
             collect_seed=DAGGER_SEED,
-            num_envs=cfg.num_envs,
-            n_action_steps=None if cfg.temporal_ensemble else cfg.n_action_steps,
-            temporal_ensemble=cfg.temporal_ensemble,
+            num_envs=cfg.num_envs,  # the checkpoint acts, and is fine-tuned to act, as the BC run trained it to
             progress=cfg.progress,
         )
     )
