@@ -4,9 +4,9 @@
 #
 #   bash docs/multitask_recipe.sh [OUT]        # OUT defaults to runs/multitask
 #
-# Every stage skips what OUT already holds and resumes what was interrupted, so rerunning the same command after
-# a stop continues it. Session 50 rebuilt session 48's best checkpoint with these commands, files in this order
-# (suite 68.1%, cell for cell); on a 2-core machine of the faster kind: demos 9.3 min, BC 44.5 min, the round's
+# Every stage runs with --resume (a missing output starts afresh, an interrupted one continues, a finished demo
+# file adds nothing), so rerunning the same command after a stop continues it. Session 50 rebuilt session 48's best checkpoint with these commands, files in this order
+# (suite 68.1%, session 48's documented figures); on a 2-core machine of the faster kind: demos 9.3 min, BC 44.5 min, the round's
 # collection and fine-tuning 16 min, its suite 10.
 set -euo pipefail
 OUT=${1:-runs/multitask}
@@ -15,8 +15,8 @@ mkdir -p "$OUT/demos"
 FILES=()  # in this order: the order of the files sets the episode indices, and with them the batches
 demos() {  # demos TASK EPISODES FIRST_SEED: TASK's expert demos (DART noise 0.3, 64 px)
   local file="$OUT/demos/$1_$3.hdf5"
-  [ -f "$file" ] || vlagym demos --task "VLA-$1-v0" --episodes "$2" --seed "$3" --num-envs 2 \
-    --vectorization pool --image-size 64 --action-noise 0.3 --out "$file"
+  vlagym demos --task "VLA-$1-v0" --episodes "$2" --seed "$3" --num-envs 2 --vectorization pool \
+    --image-size 64 --action-noise 0.3 --out "$file" --resume
   FILES+=("$file")
 }
 # The sets grew run by run (docs/multitask.md: run 7, then run 8); their seeds never overlap within a task.
@@ -41,5 +41,4 @@ vlagym train-dagger --init "$OUT/bc/checkpoints/step_20000" --dataset "${FILES[@
   --tasks VLA-PickCup-v0 VLA-PickObject-v0 VLA-PlaceCupInBowl-v0 VLA-PlaceCupOnPlate-v0 --episodes 150 \
   --collect-seed 30000 --rounds 1 --num-envs 2 --vectorization pool --suite vlagym-10 \
   --steps 6000 --lr 1e-4 --warmup-steps 100 --ema 0.999 --checkpoint-every 3000 --preload-gb 17 \
-  --padded-actions gripper --task-balance 0.5 --temporal-ensemble --out "$OUT/round" \
-  $([ -f "$OUT/round/dagger_config.json" ] && echo --resume)
+  --padded-actions gripper --task-balance 0.5 --temporal-ensemble --out "$OUT/round" --resume
