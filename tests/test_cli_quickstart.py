@@ -35,6 +35,11 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     dagger_config = json.loads((out / "dagger" / "dagger_config.json").read_text())
     assert dagger_config["init"] == str(out / "bc" / "checkpoints" / "step_4")
     assert dagger_config["collect_seed"] == DAGGER_SEED and dagger_config["bc"]["steps"] == 3
+    # BC and the round's fine-tuning train with the gain field on the front camera (the default --shading)
+    for config in (out / "bc" / "bc_config.json", out / "dagger" / "round_1" / "bc" / "bc_config.json"):
+        augmentation = json.loads(config.read_text())["augmentation"]
+        assert augmentation["shading"] == QuickstartConfig().shading == 0.3, config
+        assert augmentation["unshaded_cameras"] == ["wrist"], config
     assert set(summary["timings_s"]) >= {"demos", "train", "dagger", "eval"}
     # the round acted, and its checkpoint acts, as the BC checkpoint: with the temporal ensemble
     for checkpoint in (dagger_config["init"], summary["checkpoint"]):
@@ -72,6 +77,7 @@ def test_quickstart_skips_the_dagger_round_where_it_cannot_run(caplog):
         {"n_action_steps": 11},
         {"action_noise": -0.1},
         {"ema": 1.0},
+        {"shading": 1.5},
         {"dagger_episodes": -1},
         {"dagger_steps": 0},
         {"eval_seed": DAGGER_SEED + 299},  # the evaluation would replay the DAgger round's scenes

@@ -71,6 +71,10 @@ def test_no_augment_turns_the_augmentation_off(demos):
     both = parse_config(["train-bc", "--dataset", str(demos), "--unshifted-cameras", "wrist", "front"])
     assert on.augmentation.unshifted_cameras == ("wrist",) and every.augmentation.unshifted_cameras == ()
     assert both.augmentation.unshifted_cameras == ("wrist", "front")
+    # The gain field: off by default, the hand camera left out of it unless the flag comes without a name.
+    shaded = parse_config(["train-bc", "--dataset", str(demos), "--shading", "0.3", "--unshaded-cameras"])
+    assert on.augmentation.shading == 0.0 and on.augmentation.unshaded_cameras == ("wrist",)
+    assert shaded.augmentation.shading == 0.3 and shaded.augmentation.unshaded_cameras == ()
 
 
 def test_help_shows_each_fields_docstring_and_default(capsys):

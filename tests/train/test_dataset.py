@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from vlagym.train import augment as augment_module
 from vlagym.train import layout
-from vlagym.train.augment import NUM_UNIFORMS, ImageAugment
+from vlagym.train.augment import NUM_UNIFORMS, SHADING_UNIFORMS, ImageAugment
 from vlagym.train.configs import AugmentConfig
 from vlagym.train.dataset import (
     DemoDataset,
@@ -339,6 +339,57 @@ def test_augment_identity_settings_and_validation():
         ImageAugment(hue=0.7)
     with pytest.raises(ValueError, match="shift_px"):
         AugmentConfig(shift_px=-1)
+
+
+def test_the_gain_field_is_smooth_bounded_and_its_own_draws():
+    still = dict(crop_scale=None, shift_px=0, brightness=0, contrast=0, saturation=0, hue=0)
+    shade = ImageAugment(**still, shading=0.3)
+    assert ImageAugment().num_uniforms == NUM_UNIFORMS and ImageAugment().config.shading == 0.0  # off by default
+    assert shade.num_uniforms == NUM_UNIFORMS + SHADING_UNIFORMS == 18
+    gray = torch.full((1, 3, 24, 24), 100, dtype=torch.uint8)
+    # Every node at 0.5: log-gain 0 everywhere, the image unchanged.
+    assert torch.equal(shade.apply(gray, np.full((1, 18), 0.5)), gray)
+    # Top-left node at its brightest, bottom-right at its darkest: e^0.3 and e^-0.3 at those corners.
+    u = np.full((1, 18), 0.5)
+    u[0, NUM_UNIFORMS], u[0, -1] = 1.0, 0.0
+    field = shade.gain_fields(u, 24, 24)[0, 0]
+    assert field[0, 0].item() == pytest.approx(np.exp(0.3)) and field[-1, -1].item() == pytest.approx(np.exp(-0.3))
+    out = shade.apply(gray, u)[0].float()
+    assert out[:, 0, 0].tolist() == [135.0] * 3 and out[:, -1, -1].tolist() == [74.0] * 3  # the same gain per channel
+    assert out[0, 12, 12] == 100  # the middle node stays at 1
+    assert out[0].diff(dim=1).abs().max() <= 4 and out[0].diff(dim=0).abs().max() <= 4  # no edges: bilinear
+    fields = shade.gain_fields(shade.draw(500, torch.Generator().manual_seed(0)), 8, 8)
+    assert fields.min() >= np.exp(-0.3) - 1e-6 and fields.max() <= np.exp(0.3) + 1e-6
+    assert fields.min() < 0.8 and fields.max() > 1.25
+    with pytest.raises(ValueError, match="draws"):
+        shade.apply(gray, np.full((1, NUM_UNIFORMS), 0.5))  # the field's draws missing
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="shading"):
+            AugmentConfig(shading=bad)
+
+
+def test_turning_the_gain_field_on_leaves_the_other_draws_as_they_were(demo_file_factory):
+    path = demo_file_factory(lengths=(6,), image_size=16)
+    index = np.arange(6)
+    plain = DemoDataset(path, augment=ImageAugment(), seed=5)
+    shaded = DemoDataset(path, augment=ImageAugment(shading=0.3), seed=5)
+    for camera in (0, 1):
+        base, both = plain._augment_uniforms(index, camera), shaded._augment_uniforms(index, camera)
+        assert base.shape == (6, NUM_UNIFORMS) and both.shape == (6, NUM_UNIFORMS + SHADING_UNIFORMS)
+        assert np.array_equal(both[:, :NUM_UNIFORMS], base)  # the view and the jitter: the same draws
+        assert len(np.unique(both[:, NUM_UNIFORMS:])) == 6 * SHADING_UNIFORMS
+    assert not np.array_equal(shaded._augment_uniforms(index, 0), shaded._augment_uniforms(index, 1))
+    item, again = shaded[3], DemoDataset(path, augment=ImageAugment(shading=0.3), seed=5)[3]
+    front, wrist = "observation.images.front", "observation.images.wrist"
+    assert torch.equal(item[front], again[front]) and not torch.equal(item[front], plain[3][front])
+    # The hand camera gets no field by default (its image under the lighting split changes by one gain): its
+    # image is exactly the one without the field; with every camera shaded it gets one too.
+    assert ImageAugment().config.unshaded_cameras == ("wrist",)
+    assert torch.equal(item[wrist], plain[3][wrist])
+    every = DemoDataset(path, augment=ImageAugment(shading=0.3, unshaded_cameras=()), seed=5)[3]
+    assert torch.equal(every[front], item[front]) and not torch.equal(every[wrist], plain[3][wrist])
+    with pytest.raises(ValueError, match="unshaded_cameras must be camera names"):
+        AugmentConfig(unshaded_cameras=("wirst",))
 
 
 def test_counter_uniforms_depend_on_key_counter_and_column_only():

@@ -1,10 +1,12 @@
-"""Per-image augmentation for behaviour cloning: a random zoom and shift of the view, then colour jitter, on
-uint8 tensors.
+"""Per-image augmentation for behaviour cloning: a random zoom and shift of the view, a smooth gain field (off by
+default), then colour jitter, on uint8 tensors.
 
-Every image gets its own random draw (per camera, per sample): `NUM_UNIFORMS` uniforms in [0, 1) that fix all of
-its parameters. `ImageAugment.apply` takes them as an array, so the caller decides where they come from:
-`DemoDataset` derives each sample's from (seed, epoch, index, camera) alone, so a sample is augmented the same
-whatever batch it falls in, and the pixel work still runs once for the whole batch. The geometry is one bilinear
+Every image gets its own random draw (per camera, per sample): `ImageAugment.num_uniforms` uniforms in [0, 1) that
+fix all of its parameters (`NUM_UNIFORMS` for the view and the jitter, then `SHADING_UNIFORMS` for the gain field
+when it is on, so turning it on leaves the other draws as they were). `ImageAugment.apply` takes them as an
+array, so the caller decides where they come from: `DemoDataset` derives each sample's from (seed, epoch, index,
+camera) alone, so a sample is augmented the same whatever batch it falls in, and the pixel work still runs once for
+the whole batch. The geometry is one bilinear
 resampling of the whole image (a zoom of the kept area, then a sub-pixel shift, borders extended) with both axes
 keeping their direction: an image is never mirrored or turned (a mirrored image would flip the meaning of
 left/right actions).
@@ -28,10 +30,13 @@ _LUMA = torch.tensor(_RGB_TO_YIQ[0], dtype=torch.float32)
 
 NUM_UNIFORMS = 9
 """uniforms per draw: zoom area, view centre y and x, shift y and x, brightness, contrast, saturation, hue"""
+SHADING_GRID = 3
+SHADING_UNIFORMS = SHADING_GRID * SHADING_GRID
+"""uniforms per draw of the gain field (`AugmentConfig.shading`): its log-gain at each node of its grid, row by row"""
 
 
 class ImageAugment:
-    """Random zoom and shift of the view and colour jitter, drawn independently for every image.
+    """Random zoom and shift of the view, a smooth gain field and colour jitter, drawn independently for every image.
 
     Takes an `AugmentConfig` (the ranges; see its fields), or its fields as keyword arguments, which override
     the config's. Call it on a uint8 tensor `(3, H, W)` or `(*, 3, H, W)`; it returns uint8 of the same shape.
@@ -50,13 +55,18 @@ class ImageAugment:
         return self.config.crop_scale != (1.0, 1.0) or self.config.shift_px > 0
 
     @property
+    def num_uniforms(self) -> int:
+        """Uniforms per draw: `NUM_UNIFORMS`, plus `SHADING_UNIFORMS` with the gain field on."""
+        return NUM_UNIFORMS + (SHADING_UNIFORMS if self.config.shading > 0 else 0)
+
+    @property
     def has_color(self) -> bool:
         c = self.config
         return c.brightness > 0 or c.contrast > 0 or c.saturation > 0 or c.hue > 0
 
     def draw(self, n: int, generator: torch.Generator | None = None) -> np.ndarray:
-        """`n` draws `(n, NUM_UNIFORMS)` from `generator` (torch's global one when None)."""
-        return torch.rand(n, NUM_UNIFORMS, generator=generator, dtype=torch.float64).numpy()
+        """`n` draws `(n, num_uniforms)` from `generator` (torch's global one when None)."""
+        return torch.rand(n, self.num_uniforms, generator=generator, dtype=torch.float64).numpy()
 
     def views(self, uniforms: np.ndarray, height: int, width: int) -> np.ndarray:
         """Per draw `(scale, centre_y, centre_x)` of the source area that fills the output, in the normalised
@@ -107,6 +117,14 @@ class ImageAugment:
         grid[..., 1] = (v[:, 1, None] + v[:, 0, None] * ys)[:, :, None]
         return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
+    def gain_fields(self, uniforms: np.ndarray, height: int, width: int) -> torch.Tensor:
+        """Per draw the `(n, 1, H, W)` gain field: exp of a log-gain in [-shading, shading] at each node of a
+        `SHADING_GRID` x `SHADING_GRID` grid whose corner nodes sit on the image's corners, bilinear in between."""
+        u = np.asarray(uniforms, dtype=np.float64)[:, NUM_UNIFORMS : NUM_UNIFORMS + SHADING_UNIFORMS]
+        nodes = np.exp(self.config.shading * (2.0 * u - 1.0)).reshape(-1, 1, SHADING_GRID, SHADING_GRID)
+        nodes = torch.from_numpy(nodes.astype(np.float32))
+        return F.interpolate(nodes, size=(height, width), mode="bilinear", align_corners=True)
+
     def _color(self, x: torch.Tensor, matrix: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor):
         # Contrast blends towards the image's mean luma; brightness scales that mean too. Gray (m, m, m) is a
         # fixed point of the saturation/hue matrix, so the blend term is added after it.
@@ -133,14 +151,14 @@ class ImageAugment:
 
     def apply(self, images: torch.Tensor, uniforms: np.ndarray, camera: str | None = None) -> torch.Tensor:
         """The pixel work: uint8 images `(n, *, 3, H, W)`, all images of ``images[i]`` augmented by draw
-        ``uniforms[i]`` (`(n, NUM_UNIFORMS)` in [0, 1), e.g. from `draw`); the images of a camera named in
-        `unshifted_cameras` keep their view (colour only)."""
+        ``uniforms[i]`` (`(n, num_uniforms)` in [0, 1), e.g. from `draw`); the images of a camera named in
+        `unshifted_cameras` keep their view, those in `unshaded_cameras` get no gain field."""
         if images.dtype != torch.uint8:
             raise TypeError(f"ImageAugment takes uint8 images, got {images.dtype}")
         n = images.shape[0]
         uniforms = np.asarray(uniforms, dtype=np.float64)
-        if images.dim() < 4 or images.shape[-3] != 3 or uniforms.shape != (n, NUM_UNIFORMS):
-            raise ValueError(f"apply needs (n, *, 3, H, W) images and (n, {NUM_UNIFORMS}) draws, got "
+        if images.dim() < 4 or images.shape[-3] != 3 or uniforms.shape != (n, self.num_uniforms):
+            raise ValueError(f"apply needs (n, *, 3, H, W) images and (n, {self.num_uniforms}) draws, got "
                              f"{tuple(images.shape)} and {uniforms.shape}")  # fmt: skip
         shape = images.shape
         height, width = shape[-2:]
@@ -151,6 +169,8 @@ class ImageAugment:
             uniforms = np.repeat(uniforms, m, axis=0)
         if self.has_geometry and camera not in self.config.unshifted_cameras:
             x = self._resample(x, self.views(uniforms, height, width))
+        if self.config.shading > 0 and camera not in self.config.unshaded_cameras:
+            x = x * self.gain_fields(uniforms, height, width)
         if self.has_color:
             x = self._color(x, *self.color_params(uniforms))
         return x.round_().clamp_(0, 255).to(torch.uint8).reshape(shape)

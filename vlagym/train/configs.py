@@ -211,10 +211,19 @@ class AugmentConfig(Config):
     """blend with each pixel's gray by a factor in [1 - saturation, 1 + saturation]"""
     hue: float = 0.03
     """turn the colours by up to this fraction of a full turn (0.5: 180 degrees), either way"""
+    shading: float = 0.0
+    """before the jitter, multiply by a smooth gain field: a log-gain in [-shading, shading] at each node of a 3 x 3
+    grid over the image, bilinear in between. Light that falls differently across the scene (a tilted key light, or
+    key and ambient light changing apart) changes parts of an image by different factors, which one gain for the
+    whole image cannot imitate (0: off)"""
     unshifted_cameras: tuple[str, ...] = field(default=("wrist",), metadata={EMPTY_FLAG: True})
     """cameras whose views are never zoomed or shifted, only colour-jittered: the camera on the hand ("wrist") shows
     how far the object is from the fingers as a position in its image, which a zoom or shift would blur (a
     policy without such a camera has nothing to leave out; the flag without a name zooms and shifts every camera)"""
+    unshaded_cameras: tuple[str, ...] = field(default=("wrist",), metadata={EMPTY_FLAG: True})
+    """cameras whose images never get the gain field (`shading`): the lighting split changes the hand camera's
+    image almost only by one gain and contrast for the whole image, which the jitter already covers (the flag
+    without a name shades every camera)"""
 
     def __post_init__(self) -> None:
         crop = self.crop_scale
@@ -227,11 +236,16 @@ class AugmentConfig(Config):
         for name in ("brightness", "contrast", "saturation"):
             check_float(name, getattr(self, name), 0.0, 1.0)
         check_float("hue", self.hue, 0.0, 0.5)
+        check_float("shading", self.shading, 0.0, 1.0)
         cams = self.unshifted_cameras
         if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
             raise ValueError(f"unshifted_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
         self.unshifted_cameras = tuple(cams)
-        for name in ("shift_px", "brightness", "contrast", "saturation", "hue"):
+        cams = self.unshaded_cameras
+        if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
+            raise ValueError(f"unshaded_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
+        self.unshaded_cameras = tuple(cams)
+        for name in ("shift_px", "brightness", "contrast", "saturation", "hue", "shading"):
             setattr(self, name, float(getattr(self, name)))
 
 

@@ -30,6 +30,7 @@ from vlagym.wrappers.normalize import MODES as NORMALIZATIONS
 from vlagym.wrappers.normalize import NormStats
 
 IMAGE_FORMATS = ("chw", "hwc")
+SHADING_KEY = 1  # the last word of the gain field's draws' key (the view's and jitter's key has none)
 OPEN_EPISODES = 1024  # per process: the episodes whose HDF5 datasets stay open (least recently used go)
 
 
@@ -335,6 +336,19 @@ class DemoDataset(Dataset):
             return torch.rand(len(indices), k, dtype=torch.float64).numpy()
         return counter_uniforms([self.seed, self.epoch, camera], indices, k)
 
+    def _augment_uniforms(self, indices: np.ndarray, camera: int) -> np.ndarray:
+        """`ImageAugment.apply`'s draws for camera number `camera` of the samples `indices`. The gain field's come
+        from a key of their own, so turning it on leaves the view's and the jitter's draws as they were."""
+        uniforms = self._uniforms(indices, camera, NUM_UNIFORMS)
+        extra = getattr(self.augment, "num_uniforms", NUM_UNIFORMS) - NUM_UNIFORMS
+        if extra <= 0:
+            return uniforms
+        if self.seed is None:
+            shading = torch.rand(len(indices), extra, dtype=torch.float64).numpy()
+        else:
+            shading = counter_uniforms([self.seed, self.epoch, camera, SHADING_KEY], indices, extra)
+        return np.concatenate([uniforms, shading], axis=1)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.__getitems__([index])[0]
 
@@ -351,7 +365,7 @@ class DemoDataset(Dataset):
             index = np.array([item["index"] for item in read], dtype=np.int64)
             for c, (cam, key) in enumerate(zip(self.cameras, keys, strict=True)):
                 images = torch.stack([item[key] for item in read])
-                images = self.augment.apply(images, self._uniforms(index, c, NUM_UNIFORMS), camera=cam)
+                images = self.augment.apply(images, self._augment_uniforms(index, c), camera=cam)
                 for item, image in zip(read, images, strict=True):
                     item[key] = image
         else:
