@@ -69,8 +69,8 @@ class QuickstartConfig:
     """without temporal ensembling: actions of each predicted chunk executed before predicting again"""
     shading: float = 0.3
     """the training images' gain field (`train-bc --shading`; the hand camera left out): light falling differently
-    across the scene. It took the `lighting` split from 77.5-91.5% to 89.5-92% over three training seeds
-    (docs/speed.md) (0: off)"""
+    across the scene. Over training seeds 0-2 it took the `lighting` split from 77.5 / 81.0 / 91.5% to
+    92.0 / 89.5 / 93.0% (docs/speed.md) (0: off)"""
     dagger_episodes: int = 300
     """episodes of the DAgger round after behaviour cloning: the policy acts on fresh seeds, the scripted expert
     labels every state it visits, and the policy is fine-tuned on the demos plus these (0: no round; skipped for a

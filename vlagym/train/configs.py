@@ -196,7 +196,8 @@ class AugmentConfig(Config):
     view, then colour jitter, drawn independently for every camera of every sample. Never a mirror or a turn (a
     mirrored image would flip the meaning of left/right actions). The defaults are wide enough for the
     `lighting` and `camera` splits without drawing from their held-out ranges (docs/speed.md, "A quicker, more
-    robust quickstart")."""
+    robust quickstart"); the gain field (`shading`, off here, 0.3 in `vlagym quickstart`) adds what a change of the
+    light does to parts of an image and the jitter cannot imitate (docs/speed.md, "A gain field")."""
 
     crop_scale: tuple[float, float] = (0.8, 1.0)
     """(min, max) fraction of the image area the view is zoomed in to (aspect kept, anywhere in the image);
@@ -237,14 +238,11 @@ class AugmentConfig(Config):
             check_float(name, getattr(self, name), 0.0, 1.0)
         check_float("hue", self.hue, 0.0, 0.5)
         check_float("shading", self.shading, 0.0, 1.0)
-        cams = self.unshifted_cameras
-        if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
-            raise ValueError(f"unshifted_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
-        self.unshifted_cameras = tuple(cams)
-        cams = self.unshaded_cameras
-        if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
-            raise ValueError(f"unshaded_cameras must be camera names among {list(CAMERAS)}, got {cams!r}")
-        self.unshaded_cameras = tuple(cams)
+        for name in ("unshifted_cameras", "unshaded_cameras"):
+            cams = getattr(self, name)
+            if not isinstance(cams, (list, tuple)) or not all(c in CAMERAS for c in cams):
+                raise ValueError(f"{name} must be camera names among {list(CAMERAS)}, got {cams!r}")
+            setattr(self, name, tuple(cams))
         for name in ("shift_px", "brightness", "contrast", "saturation", "hue", "shading"):
             setattr(self, name, float(getattr(self, name)))
 
