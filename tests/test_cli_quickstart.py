@@ -38,7 +38,7 @@ def test_quickstart_runs_the_whole_loop_and_reports(tmp_path, capsys):
     # BC and the round's fine-tuning train with the gain field on the front camera (the default --shading)
     for config in (out / "bc" / "bc_config.json", out / "dagger" / "round_1" / "bc" / "bc_config.json"):
         augmentation = json.loads(config.read_text())["augmentation"]
-        assert augmentation["shading"] == QuickstartConfig().shading == 0.3, config
+        assert augmentation["shading"] == QuickstartConfig().shading == 0.15, config
         assert augmentation["unshaded_cameras"] == ["wrist"], config
     assert set(summary["timings_s"]) >= {"demos", "train", "dagger", "eval"}
     # the round acted, and its checkpoint acts, as the BC checkpoint: with the temporal ensemble

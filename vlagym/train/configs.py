@@ -196,7 +196,7 @@ class AugmentConfig(Config):
     view, then colour jitter, drawn independently for every camera of every sample. Never a mirror or a turn (a
     mirrored image would flip the meaning of left/right actions). The defaults are wide enough for the
     `lighting` and `camera` splits without drawing from their held-out ranges (docs/speed.md, "A quicker, more
-    robust quickstart"); the gain field (`shading`, off here, 0.3 in `vlagym quickstart`) adds what a change of the
+    robust quickstart"); the gain field (`shading`, off here, 0.15 in `vlagym quickstart`) adds what a change of the
     light does to parts of an image and the jitter cannot imitate (docs/speed.md, "A gain field")."""
 
     crop_scale: tuple[float, float] = (0.8, 1.0)
