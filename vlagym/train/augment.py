@@ -6,10 +6,9 @@ fix all of its parameters (`NUM_UNIFORMS` for the view and the jitter, then `SHA
 when it is on, so turning it on leaves the other draws as they were). `ImageAugment.apply` takes them as an
 array, so the caller decides where they come from: `DemoDataset` derives each sample's from (seed, epoch, index,
 camera) alone, so a sample is augmented the same whatever batch it falls in, and the pixel work still runs once for
-the whole batch. The geometry is one bilinear
-resampling of the whole image (a zoom of the kept area, then a sub-pixel shift, borders extended) with both axes
-keeping their direction: an image is never mirrored or turned (a mirrored image would flip the meaning of
-left/right actions).
+the whole batch. The geometry is one bilinear resampling of the whole image (a zoom of the kept area, then a
+sub-pixel shift, borders extended) with both axes keeping their direction: an image is never mirrored or turned (a
+mirrored image would flip the meaning of left/right actions).
 """
 
 from __future__ import annotations

@@ -223,8 +223,8 @@ class AugmentConfig(Config):
     policy without such a camera has nothing to leave out; the flag without a name zooms and shifts every camera)"""
     unshaded_cameras: tuple[str, ...] = field(default=("wrist",), metadata={EMPTY_FLAG: True})
     """cameras whose images never get the gain field (`shading`): the lighting split changes the hand camera's
-    image almost only by one gain and contrast for the whole image, which the jitter already covers (the flag
-    without a name shades every camera)"""
+    image almost only by one gain and contrast for the whole image, which the jitter already covers, and shading it
+    too cost the quickstart 3.9 points in distribution (docs/speed.md; the flag without a name shades every camera)"""
 
     def __post_init__(self) -> None:
         crop = self.crop_scale
