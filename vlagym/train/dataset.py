@@ -329,12 +329,12 @@ class DemoDataset(Dataset):
             seed = (int(words[0]) << 31) ^ int(words[1])
         return torch.Generator().manual_seed(seed)
 
-    def _uniforms(self, indices: np.ndarray, camera: int, k: int) -> np.ndarray:
+    def _uniforms(self, indices: np.ndarray, camera: int, k: int, *key: int) -> np.ndarray:
         """`(len(indices), k)` uniforms in [0, 1) for camera number `camera` of the samples `indices`: with a
-        seed, a function of (seed, epoch, index, camera) alone; without, from torch's global generator."""
+        seed, a function of (seed, epoch, index, camera, *key) alone; without, from torch's global generator."""
         if self.seed is None:
             return torch.rand(len(indices), k, dtype=torch.float64).numpy()
-        return counter_uniforms([self.seed, self.epoch, camera], indices, k)
+        return counter_uniforms([self.seed, self.epoch, camera, *key], indices, k)
 
     def _augment_uniforms(self, indices: np.ndarray, camera: int) -> np.ndarray:
         """`ImageAugment.apply`'s draws for camera number `camera` of the samples `indices`. The gain field's come
@@ -343,11 +343,7 @@ class DemoDataset(Dataset):
         extra = getattr(self.augment, "num_uniforms", NUM_UNIFORMS) - NUM_UNIFORMS
         if extra <= 0:
             return uniforms
-        if self.seed is None:
-            shading = torch.rand(len(indices), extra, dtype=torch.float64).numpy()
-        else:
-            shading = counter_uniforms([self.seed, self.epoch, camera, SHADING_KEY], indices, extra)
-        return np.concatenate([uniforms, shading], axis=1)
+        return np.concatenate([uniforms, self._uniforms(indices, camera, extra, SHADING_KEY)], axis=1)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.__getitems__([index])[0]
