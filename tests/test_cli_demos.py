@@ -1,9 +1,10 @@
-"""`vlagym demos` and `vlagym dataset info|check`: outputs, exit codes, one-line errors, Ctrl-C."""
+"""`vlagym demos` and `vlagym dataset info|check|split-subtasks`: outputs, exit codes, one-line errors, Ctrl-C."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,21 @@ def test_dataset_info_and_check(demo_file, capsys):
     assert "VLA-PickCup-v0" in out and "front_rgb" in out and "actions" in out
     assert main(["dataset", "info", "--json", str(demo_file)]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] >= 2
+
+
+def test_dataset_split_subtasks(demo_file, tmp_path, capsys):
+    out = tmp_path / "split.hdf5"
+    assert main(["dataset", "split-subtasks", str(demo_file), "--out", str(out)]) == 0
+    assert re.search(r"(\d+) episodes -> \1; 0 of", capsys.readouterr().out)  # PickCup has one stage: nothing cut
+    assert check_dataset(out) == []
+    for argv in (
+        ["dataset", "split-subtasks", str(demo_file), "--out", str(out)],
+        ["dataset", "split-subtasks", str(tmp_path / "missing.hdf5"), "--out", str(tmp_path / "x.hdf5")],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert ("exists" in err or "no such file" in err) and "\n" not in err and "Traceback" not in err
+    assert main(["dataset", "split-subtasks", str(demo_file), "--out", str(out), "--overwrite"]) == 0
 
 
 def test_dataset_check_exits_1_on_problems(demo_file, tmp_path, capsys):

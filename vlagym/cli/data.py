@@ -1,4 +1,5 @@
-"""`vlagym demos` and `vlagym dataset info|check|export`: scripted demonstrations, their checks and export."""
+"""`vlagym demos` and `vlagym dataset info|check|export|split-subtasks`: scripted demonstrations, their checks,
+export and stages."""
 
 from __future__ import annotations
 
@@ -116,6 +117,21 @@ def cmd_dataset_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dataset_split_subtasks(args: argparse.Namespace) -> int:
+    from vlagym.train.subtasks import split_subtasks
+
+    _demo_file(args.file)
+    try:
+        s = split_subtasks(args.file, args.out, overwrite=args.overwrite)
+    except (OSError, ValueError) as e:  # FileExistsError, a file that is not a demo file, a task without state
+        raise UserError(str(e)) from e
+    print(
+        f"wrote {s.path}: {s.episodes} episodes -> {s.written}; {s.subtask_steps} of {s.steps} steps labelled under "
+        f"sub-instructions"
+    )
+    return EXIT_OK
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demos",
@@ -147,3 +163,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(a, DatasetExportConfig, positional=("file",))
     a.set_defaults(handler=cmd_dataset_export, config=export_config)
+    a = actions.add_parser(
+        "split-subtasks",
+        help="cut each episode into its task's stages, each told its sub-instruction (VLAConfig.subtasks)",
+        description="Write the demo file with each episode cut at its task's stages (PutCupInDrawer: opening the "
+        "drawer, told OpenDrawer's 'open the drawer'; then the rest, told the episode's own instruction), the "
+        "original instruction kept as task_instruction. train-bc on such files gives the VLA a head that picks "
+        "the sub-instruction to act on (docs/multitask.md). Written beside OUT and renamed into place.",
+    )
+    a.add_argument("file", help="demo file (.hdf5) with the privileged state (obs/state)")
+    a.add_argument("--out", required=True, help="the split demo file to write")
+    a.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    a.set_defaults(handler=cmd_dataset_split_subtasks)

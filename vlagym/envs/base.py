@@ -49,6 +49,7 @@ MAX_OBJECTS = 5
 N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
 # where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
+TASK_SCALARS_AT = 16  # where `task_scalars` start in the task state
 TASK_STATE_SLOTS = 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
@@ -111,6 +112,13 @@ class VLAEnv(gym.Env):
     def _initialize_episode(self, rng: np.random.Generator) -> None:
         """Randomise the scene for a new episode (data is reset, the arm placed)."""
         raise NotImplementedError
+
+    @classmethod
+    def subtask_spans(cls, state: np.ndarray) -> list[tuple[int, int, str | None]]:
+        """An episode's stages from its privileged `state` rows (T, proprio + task state): (start, stop,
+        sub-instruction its steps are labelled under, or None for the episode's own). One stage, unless the task
+        names sub-instructions (`vlagym dataset split-subtasks`)."""
+        return [(0, len(state), None)]
 
     def instruction_fields(self) -> dict[str, str]:
         """Values that fill this episode's instruction template (e.g. {"color": "red"})."""
@@ -405,7 +413,7 @@ class VLAEnv(gym.Env):
         scalars = self.task_scalars()
         tail, sources, targets = self._object_slots()
         out[16:] = tail
-        out[16 : 16 + len(scalars)] = scalars
+        out[TASK_SCALARS_AT : TASK_SCALARS_AT + len(scalars)] = scalars
         out[targets] = self.data.qpos[sources]
         return out
 

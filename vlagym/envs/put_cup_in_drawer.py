@@ -7,10 +7,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from vlagym.envs.base import TASK_SCALARS_AT
 from vlagym.envs.cabinet import FLOOR_Z, HANDLE, INNER_DEPTH, INNER_HALF_W, CabinetEnv, unit
 from vlagym.envs.drawer import GRASP_OFFSET, LOST_HANDLE, OPEN_SUCCESS, OpenDrawerExpert
 from vlagym.envs.expert import PickPlaceExpert, site_yaw
 from vlagym.envs.objects import CUP_RADIUS, FreeObject
+from vlagym.envs.robot import Robot
 
 UPRIGHT_COS = np.cos(np.deg2rad(20))
 MIN_GOAL_DEPTH = 0.11  # the goal is the middle of at least this much of the drawer's interior
@@ -18,6 +20,10 @@ MIN_GOAL_DEPTH = 0.11  # the goal is the middle of at least this much of the dra
 RELEASE_TOLERANCE = 0.5 * (min(INNER_HALF_W, 0.5 * MIN_GOAL_DEPTH) - CUP_RADIUS)
 # With `recover`: a drawer this close to the expert's pull_to counts as opened, one this far below it as shut.
 OPEN_SLACK, REOPEN_SLACK = 0.02, 0.04
+# `subtask_spans`: while the drawer is out less than this, the steps are OpenDrawer's (the expert lets go of the
+# bar 2-5 steps after it), labelled under OpenDrawer's first wording.
+SUBTASK_OPENING = 0.12
+OPEN_SUBTASK = "open the drawer"
 
 
 class PutCupInDrawerExpert(OpenDrawerExpert, PickPlaceExpert):
@@ -116,6 +122,15 @@ class PutCupInDrawerEnv(CabinetEnv):
         "placed": 0.2,
     }
     expert_cls = PutCupInDrawerExpert
+
+    @classmethod
+    def subtask_spans(cls, state: np.ndarray) -> list[tuple[int, int, str | None]]:
+        """The drawer-opening stage (OpenDrawer's wording) until the drawer is first out `SUBTASK_OPENING`, the
+        task's own instruction from there (a drawer bumped back a little while the cup goes in stays opened)."""
+        opened = np.flatnonzero(np.asarray(state)[:, Robot.PROPRIO_DIM + TASK_SCALARS_AT] >= SUBTASK_OPENING)
+        n = len(state)
+        t = int(opened[0]) if len(opened) else n
+        return [span for span in ((0, t, OPEN_SUBTASK), (t, n, None)) if span[1] > span[0]]
 
     def _choose_objects(self, rng: np.random.Generator) -> tuple[list[FreeObject], int]:
         cups = [o for o in self.objects if o.kind == "cup"]

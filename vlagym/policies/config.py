@@ -274,6 +274,11 @@ class VLAConfig(Config):
     data end, where the velocity field is hardest)."""
     normalization: str = "mean_std"
     """How proprio and actions are normalised with the dataset statistics (see `vlagym.wrappers.normalize`)."""
+    subtasks: tuple[str, ...] = ()
+    """Sub-instructions the policy may act on instead of the instruction it is given: a head on the trunk
+    features of (observation, instruction) picks one of them or the instruction itself, and the chunk is predicted
+    with the pick (a closed-set version of pi0.5's subtask prediction). `vlagym train-bc` sets them from demo
+    files split by `vlagym dataset split-subtasks`; empty: no head (docs/multitask.md)."""
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     """Pretrained Hugging Face encoders in place of the CNNs and the instruction transformer (a `BackboneConfig`,
     or its dict; docs/backbones.md). The default uses none."""
@@ -281,6 +286,7 @@ class VLAConfig(Config):
     def __post_init__(self) -> None:
         self.backbone = nested_config("backbone", self.backbone, BackboneConfig)
         self._check_cameras()
+        self._check_subtasks()
         self._check_sizes()
         self._check_choices()
 
@@ -294,6 +300,15 @@ class VLAConfig(Config):
             _choice("camera", cam, CAMERAS)
         if len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f"cameras has duplicates: {list(self.cameras)}")
+
+    def _check_subtasks(self) -> None:
+        if isinstance(self.subtasks, str):
+            raise ValueError(f"subtasks must be a sequence of instructions, got the string {self.subtasks!r}")
+        self.subtasks = tuple(self.subtasks)
+        if not all(isinstance(s, str) and s.strip() for s in self.subtasks) or len(set(self.subtasks)) != len(
+            self.subtasks
+        ):
+            raise ValueError(f"subtasks must be distinct non-empty instructions, got {list(self.subtasks)}")
 
     def _check_sizes(self) -> None:
         self.vision_channels = tuple(self.vision_channels)

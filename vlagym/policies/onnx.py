@@ -60,7 +60,9 @@ def _missing(package: str, what: str) -> ExportError:
 
 class ActingGraph(nn.Module):
     """`VLAPolicy.predict_action_chunk` on tensors only (what the exporter traces): images, tokens, proprio
-    (and the flow's noise) to the action chunk in env units, through `VLAPolicy.chunk_from_features`."""
+    (and the flow's noise) to the action chunk in env units, through `VLAPolicy.chunk_from_features`. With
+    `subtasks`, each row's features are those of the sub-instruction its head picks (computed for every row, so
+    the graph has no data-dependent branch)."""
 
     def __init__(self, policy: VLAPolicy):
         super().__init__()
@@ -71,7 +73,13 @@ class ActingGraph(nn.Module):
         n = len(cfg.cameras)
         batch: dict[str, Any] = {IMAGE_KEY + cam: x for cam, x in zip(cfg.cameras, inputs[:n], strict=True)}
         batch["instruction_tokens"], batch[PROPRIO_KEY] = inputs[n], inputs[n + 1]
-        return p.chunk_from_features(p.features(batch), inputs[n + 2] if cfg.head == "flow" else None)
+        feats = p.features(batch)
+        if p.subtask_head is not None:  # every row encoded with every sub-instruction; each keeps its pick's
+            pick = p.subtask_head(feats).argmax(-1)
+            for k, text in enumerate(cfg.subtasks, start=1):
+                tokens = p.tokenize([text]).to(feats.device).expand(feats.shape[0], -1)
+                feats = torch.where((pick == k)[:, None], p.features({**batch, "instruction_tokens": tokens}), feats)
+        return p.chunk_from_features(feats, inputs[n + 2] if cfg.head == "flow" else None)
 
 
 def input_names(config: VLAConfig) -> list[str]:

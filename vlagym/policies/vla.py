@@ -26,6 +26,7 @@ from vlagym.policies.acting import temporal_ensemble_step
 from vlagym.policies.backbones import PretrainedText, PretrainedVision
 from vlagym.policies.checkpoint import check_state_dict, read_checkpoint_config, read_weights, save_checkpoint
 from vlagym.policies.config import VLAConfig
+from vlagym.policies.subtasks import recode, training_features
 from vlagym.policies.text import InstructionEncoder
 from vlagym.wrappers.language import PAD_ID, Tokenizer
 from vlagym.wrappers.normalize import NormStats
@@ -151,6 +152,7 @@ class VLAPolicy(nn.Module):
             self.register_buffer("film_seen", torch.zeros(self.tokenizer.vocab_size, dtype=torch.bool))
             self.film_norm = nn.LayerNorm(h)
         self.proprio = _mlp([cfg.proprio_dim, h, h])
+        self.subtask_head = nn.Linear(h, 1 + len(cfg.subtasks)) if cfg.subtasks else None
         trunk_in = h * (len(cfg.cameras) + 2)
         self.trunk = nn.Sequential(_mlp([trunk_in] + [h] * cfg.trunk_layers), nn.GELU())
         if cfg.head == "l1":
@@ -242,6 +244,17 @@ class VLAPolicy(nn.Module):
             parts = [self.vision[cam](self._images(batch, cam), cond) for cam in self.config.cameras]
         return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
 
+    def acting_features(self, batch: Mapping[str, Any]) -> Tensor:
+        """Trunk features to act on: with `subtasks`, the rows whose subtask head picks a sub-instruction are
+        encoded again with it."""
+        feats = self.features(batch)
+        if self.subtask_head is None:
+            return feats
+        return recode(self, batch, feats, self.subtask_head(feats).argmax(-1), self._observation_keys())
+
+    def _observation_keys(self) -> list[str]:
+        return [IMAGE_KEY + cam for cam in self.config.cameras] + [PROPRIO_KEY]
+
     def mark_words(self, instructions: Sequence[str]) -> None:
         """With `film_words`: count the words of `instructions` as seen by training (their vectors enter the bag).
         Training batches mark their own words; a trainer marks its whole dataset's up front, so every DDP rank
@@ -264,7 +277,10 @@ class VLAPolicy(nn.Module):
     def forward(self, batch: Mapping[str, Any]) -> tuple[Tensor, dict[str, float]]:
         """Training loss over the non-padded actions of the chunk, and metrics (floats)."""
         cfg = self.config
-        feats = self.features(batch)
+        if self.subtask_head is not None and "task_instruction" in batch:  # `vlagym.policies.subtasks`
+            feats, subtask_loss, metrics = training_features(self, batch, self._observation_keys())
+        else:  # a batch without task instructions (e.g. the policy's own rollouts) trains as the policy acts
+            feats, subtask_loss, metrics = self.acting_features(batch), 0.0, {}
         target = torch.as_tensor(batch["action"], device=self.device).float()
         if target.shape[1:] != (cfg.chunk_size, cfg.action_dim):
             raise ValueError(f"action must be (B, {cfg.chunk_size}, {cfg.action_dim}), got {tuple(target.shape)}")
@@ -276,7 +292,11 @@ class VLAPolicy(nn.Module):
         if cfg.head == "l1":
             pred = self.head(feats).view_as(target)
             loss = ((pred - target).abs() * valid).sum() / denom
-            return loss, {"loss": loss.item(), "l1": loss.item()}
+            return loss + subtask_loss, {
+                "loss": loss.item() + metrics.get("subtask_ce", 0.0),
+                "l1": loss.item(),
+                **metrics,
+            }
         # Padded slots enter the flow head's input (the whole noisy chunk), so their values must not matter:
         # they become 0, the mean action in normalised units.
         target = torch.where(valid.bool(), target, torch.zeros_like(target))
@@ -290,7 +310,11 @@ class VLAPolicy(nn.Module):
         x_t = tt * target + (1 - tt) * noise  # t = 0: noise, t = 1: data
         err = (self._velocity(feats, x_t, t) - (target - noise)) ** 2
         loss = (err * valid).sum() / denom
-        return loss, {"loss": loss.item(), "flow_mse": loss.item()}
+        return loss + subtask_loss, {
+            "loss": loss.item() + metrics.get("subtask_ce", 0.0),
+            "flow_mse": loss.item(),
+            **metrics,
+        }
 
     # ------------------------------------------------------------------ acting
     @torch.inference_mode()
@@ -311,7 +335,7 @@ class VLAPolicy(nn.Module):
         advances only when that row takes a new chunk; the other rows' chunks are meaningless (zero noise).
         `noise` (B, K, A) gives the flow's starting point instead (e.g. drawn by a remote client)."""
         cfg = self.config
-        feats = self.features(batch)
+        feats = self.acting_features(batch)
         if cfg.head == "flow":
             if noise is None:
                 noise = self._initial_noise(feats.shape[0], generator, rows)

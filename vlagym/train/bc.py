@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.policies.config import ACTING_FIELDS
+from vlagym.policies.subtasks import set_subtasks
 from vlagym.policies.vla import VLAPolicy, load_policy
 from vlagym.train.augment import ImageAugment
 from vlagym.train.configs import BCConfig
@@ -209,9 +210,14 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
         policy = load_policy(cfg.init)
         # ... acting as `cfg.policy` says (the architecture is the checkpoint's: `BCConfig._check_init`)
         policy.config = dataclasses.replace(policy.config, **{k: getattr(cfg.policy, k) for k in ACTING_FIELDS})
+        if policy.config.subtasks and not dataset.subtasks:
+            logger.warning("the init checkpoint's subtask head is dropped: these demos name no sub-instructions")
+        set_subtasks(policy, dataset.subtasks)  # a new subtask head where the demos' sub-instructions differ
     else:
-        policy = VLAPolicy(cfg.policy)
+        policy = VLAPolicy(dataclasses.replace(cfg.policy, subtasks=dataset.subtasks))
         policy.set_stats(_dataset_stats(cfg.dataset))
+    if dataset.subtasks:
+        logger.info("subtasks (sub-instructions the policy may act on): %s", list(dataset.subtasks))
     policy.to(device).train()
     policy.mark_words(dataset.instructions)
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None

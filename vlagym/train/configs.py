@@ -356,7 +356,7 @@ class BCConfig(Config):
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"init: {e}") from e
         ours = self.policy.to_dict()
-        keys = (set(theirs) | set(ours)) - set(ACTING_FIELDS)
+        keys = (set(theirs) | set(ours)) - set(ACTING_FIELDS) - {"subtasks"}  # subtasks: from the demos
         differ = sorted(k for k in keys if theirs.get(k) != ours.get(k))
         if differ:
             raise ValueError(f"the policy differs from the init checkpoint's architecture in {differ}")

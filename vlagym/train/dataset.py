@@ -84,7 +84,8 @@ class DemoDataset(Dataset):
     An item is a dict: `observation.images.<camera>` uint8 `(3, H, W)` / `(T, 3, H, W)`,
     `observation.proprio` float32 `(23,)` / `(T, 23)`, `observation.state` (if asked), `observation_is_pad`
     bool `(T,)` (history > 1 only), `instruction` str, `action` float32 `(K, A)`, `action_is_pad` bool `(K,)`
-    (padded steps repeat the episode's last action), `index`, `episode_index`, `frame_index`, `task`.
+    (padded steps repeat the episode's last action), `index`, `episode_index`, `frame_index`, `task`; and
+    `task_instruction` str where some episode's steps were labelled under a sub-instruction (`subtasks`).
 
     HDF5 files are opened lazily in the process that reads them (h5py handles do not survive a fork), so
     the dataset works with any number of DataLoader workers. Construction reads only attributes and shapes.
@@ -151,7 +152,7 @@ class DemoDataset(Dataset):
     # -- index
     def _scan(self, cameras: Sequence[str] | None) -> None:
         """Read the episode table (attributes and shapes only) and check the files agree with each other."""
-        files, demos, lengths, instructions, tasks = [], [], [], [], []
+        files, demos, lengths, instructions, tasks, told = [], [], [], [], [], []
         row_bytes: list[dict[str, int]] = []  # per episode: bytes of one step of each array, by `_arrays` key
         found_cameras: list[str] | None = None
         action_dim = None
@@ -177,6 +178,7 @@ class DemoDataset(Dataset):
                     demos.append(demo_number(path, name))
                     lengths.append(n)
                     instructions.append(text_attr(demo, "instruction"))
+                    told.append(text_attr(demo, "task_instruction") or instructions[-1])
                     tasks.append(text_attr(demo, "task"))
         if found_cameras is None:
             raise ValueError(f"no complete demos in {', '.join(map(str, self.paths))}")
@@ -194,6 +196,10 @@ class DemoDataset(Dataset):
         )
         self.action_dim = int(action_dim)
         self.instructions, self.tasks = instructions, tasks
+        #: what each episode's task was told, where its steps were labelled under one of its sub-instructions
+        #: (`vlagym.train.subtasks`); then items carry it as `task_instruction`
+        self.task_instructions = told
+        self.subtasks = tuple(sorted({a for a, b in zip(instructions, told, strict=True) if a != b}))
         self._files = np.asarray(files, dtype=np.int32)
         self._demos = np.asarray(demos, dtype=np.int64)
         self.episode_lengths = np.asarray(lengths, dtype=np.int64)
@@ -412,6 +418,8 @@ class DemoDataset(Dataset):
         for i, (e, frame) in enumerate(zip(episode.tolist(), t.tolist(), strict=True)):
             item: dict[str, Any] = {key: value[i] for key, value in batch.items()}
             item.update(instruction=self.instructions[e], task=self.tasks[e], index=int(index[i]))
+            if self.subtasks:
+                item["task_instruction"] = self.task_instructions[e]
             item.update(episode_index=e, frame_index=frame)
             items.append(item)
         return items
@@ -451,6 +459,8 @@ class DemoDataset(Dataset):
         item["action"] = torch.from_numpy(np.ascontiguousarray(actions, dtype=np.float32))
         item["action_is_pad"] = torch.from_numpy(steps >= n)
         item["instruction"] = self.instructions[episode]
+        if self.subtasks:
+            item["task_instruction"] = self.task_instructions[episode]
         item["task"] = self.tasks[episode]
         item["index"] = index
         item["episode_index"] = episode
