@@ -219,7 +219,7 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
     if dataset.subtasks:
         logger.info("subtasks (sub-instructions the policy may act on): %s", list(dataset.subtasks))
     policy.to(device).train()
-    policy.mark_words(dataset.instructions)
+    policy.mark_words(dataset.instructions + dataset.task_instructions)  # the subtask head reads the latter
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
     optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
