@@ -95,6 +95,11 @@ def test_split_refuses_an_existing_output_a_file_without_state_and_itself(drawer
         del f["data/demo_0/obs/state"]
     with pytest.raises(ValueError, match="demo_0 has no obs/state"):
         split_subtasks(stateless, tmp_path / "out.hdf5")
+    unknown = shutil.copy(drawer_demos, tmp_path / "unknown.hdf5")
+    with h5py.File(unknown, "a") as f:
+        f["data/demo_1"].attrs["task"] = "VLA-Nope-v0"
+    with pytest.raises(ValueError, match="demo_1: task 'VLA-Nope-v0'"):
+        split_subtasks(unknown, tmp_path / "out.hdf5")
     assert not (tmp_path / "out.hdf5").exists() and list(tmp_path.glob(".*tmp*")) == []
 
 

@@ -50,7 +50,7 @@ N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
 # where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
 TASK_SCALARS_AT = 16  # where `task_scalars` start in the task state
-TASK_STATE_SLOTS = 16 + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
+TASK_STATE_SLOTS = TASK_SCALARS_AT + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
 

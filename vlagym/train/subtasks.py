@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 import h5py
 
 from vlagym.envs.catalog import task_class
@@ -79,7 +80,7 @@ def _spans(path: Path, name: str, demo: h5py.Group) -> list[tuple[int, int, str 
     task = text_attr(demo, "task")
     try:
         spans = task_class(task).subtask_spans(demo["obs"]["state"][:])
-    except Exception as e:  # an unknown task id: say which episode names it
+    except gym.error.Error as e:  # an unknown task id: say which episode names it
         raise ValueError(f"{path}: /data/{name}: task {task!r}: {e}") from e
     return spans
 
