@@ -40,8 +40,6 @@ class PolicyServer:
         self.checkpoint = CheckpointPolicy(checkpoint)
         policy = self.checkpoint.policy
         cfg = policy.config
-        if cfg.proprio_lags:  # one observation per request: the past proprio it reads is the client's to keep
-            raise EvalError(f"{checkpoint!r} reads past proprio (proprio_lags): serving does not cover it yet")
         if n_action_steps is not None:
             try:
                 self.checkpoint.execute_chunks(n_action_steps)

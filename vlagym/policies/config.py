@@ -204,7 +204,6 @@ def _image_norm(transformers: Any, name: str, model_type: str) -> tuple[tuple[fl
 
 #: `VLAConfig` fields that say how a policy acts, not what it computes: a fine-tuned checkpoint may set them apart
 #: from the one it starts from (`BCConfig.init`)
-MAX_PROPRIO_LAG = 256
 ACTING_FIELDS = ("n_action_steps", "temporal_ensemble", "ensemble_coeff", "binary_gripper", "flow_steps")
 
 
@@ -280,11 +279,6 @@ class VLAConfig(Config):
     features of (observation, instruction) picks one of them or the instruction itself, and the chunk is predicted
     with the pick (a closed-set version of pi0.5's subtask prediction). `vlagym train-bc` sets them from demo
     files split by `vlagym dataset split-subtasks`; empty: no head (docs/multitask.md)."""
-    proprio_lags: tuple[int, ...] = ()
-    """Steps back whose proprioception the policy also reads, as its change since then (the proprio now minus
-    the proprio `lag` steps ago, in normalised units; steps before the episode start repeat its first). Tells
-    a hand that just lifted from one that arrived. Acting, the policy keeps each row's past proprio itself
-    (`vlagym.policies.history`); training batches carry it (`DemoDataset(proprio_lags=...)`). Empty: none."""
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     """Pretrained Hugging Face encoders in place of the CNNs and the instruction transformer (a `BackboneConfig`,
     or its dict; docs/backbones.md). The default uses none."""
@@ -293,7 +287,6 @@ class VLAConfig(Config):
         self.backbone = nested_config("backbone", self.backbone, BackboneConfig)
         self._check_cameras()
         self._check_subtasks()
-        self._check_lags()
         self._check_sizes()
         self._check_choices()
 
@@ -316,16 +309,6 @@ class VLAConfig(Config):
             self.subtasks
         ):
             raise ValueError(f"subtasks must be distinct non-empty instructions, got {list(self.subtasks)}")
-
-    def _check_lags(self) -> None:
-        if isinstance(self.proprio_lags, (str, int)):
-            raise ValueError(f"proprio_lags must be a sequence of step counts, got {self.proprio_lags!r}")
-        self.proprio_lags = tuple(self.proprio_lags)
-        for lag in self.proprio_lags:
-            if isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= MAX_PROPRIO_LAG:
-                raise ValueError(f"each proprio_lags entry must be an integer in [1, {MAX_PROPRIO_LAG}], got {lag!r}")
-        if list(self.proprio_lags) != sorted(set(self.proprio_lags)):
-            raise ValueError(f"proprio_lags must be increasing without repeats, got {list(self.proprio_lags)}")
 
     def _check_sizes(self) -> None:
         self.vision_channels = tuple(self.vision_channels)

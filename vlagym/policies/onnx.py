@@ -121,8 +121,6 @@ def export_onnx(
         policy = load_policy(checkpoint)
     except (OSError, ValueError, KeyError) as e:
         raise ExportError(f"cannot load the checkpoint {str(checkpoint)!r}: {e}") from e
-    if policy.config.proprio_lags:  # the graph would need the past as an input, and its caller to keep it
-        raise ExportError(f"{str(checkpoint)!r} reads past proprio (proprio_lags): ONNX export does not cover it yet")
     try:
         import onnx
     except ImportError as e:

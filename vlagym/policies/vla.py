@@ -5,8 +5,7 @@ Face encoders can replace the CNNs and the instruction transformer (`vlagym.poli
 Batches use the keys of `vlagym.train.dataset.DemoDataset`: ``observation.images.<camera>`` uint8 ``(B, 3, H, W)``,
 ``observation.proprio`` ``(B, 23)``, ``instruction`` (list of str) or ``instruction_tokens`` ``(B, L)`` int64,
 and for training ``action`` ``(B, K, A)`` in env units with ``action_is_pad`` ``(B, K)`` (or ``(B, K, A)``, per
-entry); with `VLAConfig.proprio_lags`, ``observation.proprio_lagged`` ``(B, L, 23)`` (`vlagym.policies.history`).
-Proprio and actions are normalised inside the model with statistics held in buffers (`set_stats`), so a
+entry). Proprio and actions are normalised inside the model with statistics held in buffers (`set_stats`), so a
 checkpoint is self-contained.
 """
 
@@ -27,10 +26,8 @@ from vlagym.policies.acting import temporal_ensemble_step
 from vlagym.policies.backbones import PretrainedText, PretrainedVision
 from vlagym.policies.checkpoint import check_state_dict, read_checkpoint_config, read_weights, save_checkpoint
 from vlagym.policies.config import VLAConfig
-from vlagym.policies.history import LAGGED_KEY, ProprioHistory, proprio_input
 from vlagym.policies.subtasks import recode, training_features
 from vlagym.policies.text import InstructionEncoder
-from vlagym.policies.vision import FiLMConvEncoder
 from vlagym.wrappers.language import PAD_ID, Tokenizer
 from vlagym.wrappers.normalize import NormStats
 
@@ -50,6 +47,57 @@ def _mlp(dims: list[int]) -> nn.Sequential:
         if i < len(dims) - 2:
             layers.append(nn.GELU())
     return nn.Sequential(*layers)
+
+
+def _groups(channels: int) -> int:
+    return math.gcd(channels, 8)
+
+
+class FiLMConvEncoder(nn.Module):
+    """Stride-2 conv blocks (conv, GroupNorm, optional FiLM, GELU), then spatial-softmax keypoints and a
+    global average pool, projected.
+
+    The keypoints (the expected image position of each channel's activation) keep *where* things are;
+    an average pool alone throws position away, and a policy must know where the named object stands.
+    """
+
+    def __init__(self, channels: tuple[int, ...], cond_dim: int, out_dim: int, film: bool):
+        super().__init__()
+        self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
+        self.films = nn.ModuleList() if film else None
+        c_in = 3
+        for c in channels:
+            self.convs.append(nn.Conv2d(c_in, c, kernel_size=3, stride=2, padding=1))
+            self.norms.append(nn.GroupNorm(_groups(c), c))
+            if self.films is not None:
+                f = nn.Linear(cond_dim, 2 * c)
+                # Zero init: FiLM starts as the identity, so early training is not disturbed by random modulation.
+                nn.init.zeros_(f.weight)
+                nn.init.zeros_(f.bias)
+                self.films.append(f)
+            c_in = c
+        self.proj = nn.Linear(3 * c_in, out_dim)
+
+    def forward(self, images: Tensor, cond: Tensor) -> Tensor:
+        x = images
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            x = norm(conv(x))
+            if self.films is not None:
+                gamma, beta = self.films[i](cond).chunk(2, dim=-1)
+                x = x * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
+            x = F.gelu(x)
+        return self.proj(torch.cat([_spatial_softmax(x), x.mean(dim=(-2, -1))], dim=-1))
+
+
+def _spatial_softmax(x: Tensor) -> Tensor:
+    """(B, C, H, W) feature maps -> (B, 2C) expected (x, y) positions in [-1, 1] of each channel's softmax."""
+    b, c, h, w = x.shape
+    attention = torch.softmax(x.flatten(2), dim=-1).view(b, c, h, w)
+    ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype)
+    xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype)
+    expected_x = (attention.sum(dim=2) * xs).sum(dim=-1)
+    expected_y = (attention.sum(dim=3) * ys).sum(dim=-1)
+    return torch.cat([expected_x, expected_y], dim=-1)
 
 
 def _time_embedding(t: Tensor, dim: int) -> Tensor:
@@ -103,7 +151,7 @@ class VLAPolicy(nn.Module):
             self.film_words = nn.Embedding(self.tokenizer.vocab_size, h, padding_idx=PAD_ID)
             self.register_buffer("film_seen", torch.zeros(self.tokenizer.vocab_size, dtype=torch.bool))
             self.film_norm = nn.LayerNorm(h)
-        self.proprio = _mlp([cfg.proprio_dim * (1 + len(cfg.proprio_lags)), h, h])  # `proprio_input`
+        self.proprio = _mlp([cfg.proprio_dim, h, h])
         self.subtask_head = nn.Linear(h, 1 + len(cfg.subtasks)) if cfg.subtasks else None
         trunk_in = h * (len(cfg.cameras) + 2)
         self.trunk = nn.Sequential(_mlp([trunk_in] + [h] * cfg.trunk_layers), nn.GELU())
@@ -122,7 +170,6 @@ class VLAPolicy(nn.Module):
         self._step: Tensor | None = None  # (B,) index of each row's next action in `_chunk`
         self._ensemble: Tensor | None = None  # (B, K-1, A) running averages of the steps ahead
         self._ensemble_count: Tensor | None = None  # (B, K-1) predictions averaged per step ahead
-        self._history = ProprioHistory(cfg.proprio_lags) if cfg.proprio_lags else None  # each row's past proprio
 
     # ------------------------------------------------------------------ statistics
     def set_stats(self, stats: Mapping[str, Any] | NormStats) -> None:
@@ -195,7 +242,7 @@ class VLAPolicy(nn.Module):
             parts = self.vision([self._images(batch, cam) for cam in self.config.cameras], cond)
         else:
             parts = [self.vision[cam](self._images(batch, cam), cond) for cam in self.config.cameras]
-        return self.trunk(torch.cat([*parts, text, self.proprio(proprio_input(self, batch, proprio))], dim=-1))
+        return self.trunk(torch.cat([*parts, text, self.proprio(proprio)], dim=-1))
 
     def acting_features(self, batch: Mapping[str, Any]) -> Tensor:
         """Trunk features to act on: with `subtasks`, the rows whose subtask head picks a sub-instruction are
@@ -206,8 +253,7 @@ class VLAPolicy(nn.Module):
         return recode(self, batch, feats, self.subtask_head(feats).argmax(-1), self._observation_keys())
 
     def _observation_keys(self) -> list[str]:
-        lagged = [LAGGED_KEY] if self.config.proprio_lags else []
-        return [IMAGE_KEY + cam for cam in self.config.cameras] + [PROPRIO_KEY] + lagged
+        return [IMAGE_KEY + cam for cam in self.config.cameras] + [PROPRIO_KEY]
 
     def mark_words(self, instructions: Sequence[str]) -> None:
         """With `film_words`: count the words of `instructions` as seen by training (their vectors enter the bag).
@@ -336,8 +382,6 @@ class VLAPolicy(nn.Module):
         begin a new episode; the other rows keep executing their chunks. None restarts every row.
         """
         rows = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))
-        if self._history is not None:
-            self._history.reset(rows)
         state = self._step if self._step is not None else self._ensemble_count
         if rows is None or state is None or rows.shape != state.shape[:1]:
             # Everything (or another batch size: the next call starts afresh anyway).
@@ -355,10 +399,7 @@ class VLAPolicy(nn.Module):
         every chunk predicted for this step. With `binary_gripper` the gripper entry is then snapped to +-1.
 
         `generator` as in `predict_action_chunk`; per-row generators advance only for the rows that take a new
-        chunk, so a row's noise depends on its own steps alone. With `proprio_lags`, every call records the step's
-        proprio, which the later calls read back."""
-        if self._history is not None and LAGGED_KEY not in batch:
-            batch = {**batch, LAGGED_KEY: self._history.push(torch.as_tensor(batch[PROPRIO_KEY]).float())}
+        chunk, so a row's noise depends on its own steps alone."""
         if self.config.temporal_ensemble:
             action = self._ensembled_action(self.predict_action_chunk(batch, generator))
         else:

@@ -42,7 +42,6 @@ from torch.utils.data import DataLoader
 from vlagym.io import atomic_write_json
 from vlagym.policies.checkpoint import save_checkpoint
 from vlagym.policies.config import ACTING_FIELDS
-from vlagym.policies.history import set_proprio_lags
 from vlagym.policies.subtasks import set_subtasks
 from vlagym.policies.vla import VLAPolicy, load_policy
 from vlagym.train.augment import ImageAugment
@@ -214,7 +213,6 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
         if policy.config.subtasks and not dataset.subtasks:
             logger.warning("the init checkpoint's subtask head is dropped: these demos name no sub-instructions")
         set_subtasks(policy, dataset.subtasks)  # a new subtask head where the demos' sub-instructions differ
-        set_proprio_lags(policy, cfg.policy.proprio_lags)  # a checkpoint without them gains them (zero weights)
     else:
         policy = VLAPolicy(dataclasses.replace(cfg.policy, subtasks=dataset.subtasks))
         policy.set_stats(_dataset_stats(cfg.dataset))
@@ -239,7 +237,6 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
         chunk_size=cfg.policy.chunk_size,
         cameras=list(cfg.policy.cameras),
         keys=("proprio",),
-        proprio_lags=cfg.policy.proprio_lags,
         augment=ImageAugment(cfg.augmentation) if cfg.augment else None,
         seed=cfg.seed,
     )

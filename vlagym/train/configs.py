@@ -356,9 +356,7 @@ class BCConfig(Config):
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"init: {e}") from e
         ours = self.policy.to_dict()
-        # subtasks come from the demos; proprio lags may be added to a checkpoint without them (zero weights)
-        added = {"subtasks"} | ({"proprio_lags"} if not theirs.get("proprio_lags") else set())
-        keys = (set(theirs) | set(ours)) - set(ACTING_FIELDS) - added
+        keys = (set(theirs) | set(ours)) - set(ACTING_FIELDS) - {"subtasks"}  # subtasks: from the demos
         differ = sorted(k for k in keys if theirs.get(k) != ours.get(k))
         if differ:
             raise ValueError(f"the policy differs from the init checkpoint's architecture in {differ}")

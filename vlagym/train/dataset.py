@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vlagym.policies.history import LAGGED_KEY
 from vlagym.train import layout
 from vlagym.train.augment import NUM_UNIFORMS
 from vlagym.train.demo_reader import PathLike, as_paths, complete_demos, data_group, demo_number, text_attr
@@ -78,16 +77,12 @@ class DemoDataset(Dataset):
         lerobot: how the features of LeRobot v3.0 folders among `paths` map onto the demo keys (a
             `vlagym.train.lerobot.format.LeRobotMapping`; None: its defaults). A folder is read through its
             converted demo file (`vlagym.train.lerobot.read.lerobot_demo_file`), so its items are those of a demo file.
-        proprio_lags: steps back whose proprio each item also carries, as `observation.proprio_lagged` `(L, 23)`
-            (the proprio at t - lag; steps before the episode start repeat its first), for a policy with
-            `VLAConfig.proprio_lags`. Needs "proprio" among `keys`.
         preload: read every episode's arrays (the loaded cameras and keys, the labels) into memory at
             construction, decoded (`nbytes` is their size), instead of reading each sample from the files. The
             items are the same; reading them is cheaper. DataLoader workers forked later share the arrays.
 
     An item is a dict: `observation.images.<camera>` uint8 `(3, H, W)` / `(T, 3, H, W)`,
-    `observation.proprio` float32 `(23,)` / `(T, 23)`, `observation.proprio_lagged` `(L, 23)` (`proprio_lags`
-    only), `observation.state` (if asked), `observation_is_pad`
+    `observation.proprio` float32 `(23,)` / `(T, 23)`, `observation.state` (if asked), `observation_is_pad`
     bool `(T,)` (history > 1 only), `instruction` str, `action` float32 `(K, A)`, `action_is_pad` bool `(K,)`
     (padded steps repeat the episode's last action), `index`, `episode_index`, `frame_index`, `task`; and
     `task_instruction` str where some episode's steps were labelled under a sub-instruction (`subtasks`).
@@ -110,7 +105,6 @@ class DemoDataset(Dataset):
         seed: int | None = None,
         preload: bool = False,
         lerobot: Any = None,
-        proprio_lags: Sequence[int] = (),
     ) -> None:
         if int(chunk_size) != chunk_size or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
@@ -124,11 +118,6 @@ class DemoDataset(Dataset):
         unknown = [k for k in keys if k not in LOWDIM_KEYS]
         if unknown:
             raise ValueError(f"unknown observation keys {unknown}; known: {list(LOWDIM_KEYS)}")
-        self.proprio_lags = tuple(int(lag) for lag in proprio_lags)
-        if any(lag < 1 for lag in self.proprio_lags):
-            raise ValueError(f"proprio_lags must be positive step counts, got {list(proprio_lags)}")
-        if self.proprio_lags and "proprio" not in keys:
-            raise ValueError(f"proprio_lags needs 'proprio' among the keys, got {list(keys)}")
         self.paths = as_paths(paths)
         if any(p.is_dir() for p in self.paths):  # LeRobot v3.0 folders: read through their converted demo files
             from vlagym.train.lerobot.read import resolve_dataset
@@ -419,10 +408,6 @@ class DemoDataset(Dataset):
             batch[f"observation.{key}"] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
         if self.history > 1:
             batch["observation_is_pad"] = torch.from_numpy(frames < 0)
-        if self.proprio_lags:
-            past = self._memory["proprio"][start[:, None] + np.clip(t[:, None] - np.array(self.proprio_lags), 0, None)]
-            past = self.stats.normalize("proprio", past) if self.stats is not None else past
-            batch[LAGGED_KEY] = torch.from_numpy(np.ascontiguousarray(past, dtype=np.float32))
         steps = t[:, None] + np.arange(self.chunk_size)
         actions = self._memory["actions"][start[:, None] + np.minimum(steps, n[:, None] - 1)]  # past the end: last
         if self.stats is not None:
@@ -465,11 +450,6 @@ class DemoDataset(Dataset):
             item[f"observation.{key}"] = x if self.history > 1 else x[0]
         if self.history > 1:
             item["observation_is_pad"] = torch.from_numpy(frames < 0)
-        if self.proprio_lags:
-            first = max(0, t - max(self.proprio_lags))  # h5py reads a block, not repeated rows
-            past = arrays["proprio"][first : t + 1][np.clip(t - np.array(self.proprio_lags), 0, None) - first]
-            past = self.stats.normalize("proprio", past) if self.stats is not None else past
-            item[LAGGED_KEY] = torch.from_numpy(np.ascontiguousarray(past, dtype=np.float32))
 
         steps = np.arange(t, t + self.chunk_size)
         actions = arrays["actions"][t : min(t + self.chunk_size, n)]

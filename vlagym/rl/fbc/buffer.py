@@ -66,7 +66,6 @@ def demo_dataset(paths: list[str], policy: VLAPolicy, augment: AugmentConfig | N
         chunk_size=policy.config.chunk_size,
         cameras=list(policy.config.cameras),
         keys=("proprio",),
-        proprio_lags=policy.config.proprio_lags,
         augment=None if augment is None else ImageAugment(augment),
         seed=seed,
     )
