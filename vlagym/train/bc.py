@@ -66,6 +66,7 @@ from vlagym.train.run_files import (
     latest_checkpoint,
 )
 from vlagym.train.sampler import ShardSampler
+from vlagym.train.state_aux import StateAuxiliary
 from vlagym.train.stats import compute_stats, load_or_compute_stats
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,8 @@ class _Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     extra: dict[str, Any]
     """what every checkpoint's config carries: the env of the demos and this config"""
+    aux: StateAuxiliary | None = None
+    """the auxiliary state head (`BCConfig.aux_state_weight`)"""
 
     @property
     def out(self) -> Path:
@@ -222,12 +225,17 @@ def _set_up(cfg: BCConfig, device: torch.device, rank: int, world: int) -> _Run:
     policy.mark_words(dataset.instructions + dataset.task_instructions)  # the subtask head reads the latter
     ema = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.ema > 0 else None
     seed_everything(cfg.seed + rank)  # from here on, the ranks draw different flow noise
-    optimizer = torch.optim.AdamW(param_groups(policy, cfg.weight_decay), lr=cfg.lr)
+    groups = param_groups(policy, cfg.weight_decay)
+    aux = None
+    if cfg.aux_state_weight > 0:  # after the EMA copy: its hook stays on the trained policy
+        aux = StateAuxiliary(policy).to(device)
+        groups.append({"params": list(aux.parameters()), "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
     # A plain function, not a callable object: LambdaLR would save an object's fields and a resume with more
     # steps would then keep the old schedule's end (lr 0 for every added step).
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.steps))
     extra = {"env_id": env_id, "env_kwargs": env_kwargs, "bc_config": cfg.to_dict()}
-    return _Run(cfg, rank, world, dataset, sampler, batches_per_epoch, policy, ema, optimizer, scheduler, extra)
+    return _Run(cfg, rank, world, dataset, sampler, batches_per_epoch, policy, ema, optimizer, scheduler, extra, aux)
 
 
 def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampler, int]:
@@ -236,7 +244,7 @@ def _data(cfg: BCConfig, rank: int, world: int) -> tuple[DemoDataset, ShardSampl
         cfg.dataset,
         chunk_size=cfg.policy.chunk_size,
         cameras=list(cfg.policy.cameras),
-        keys=("proprio",),
+        keys=("proprio", "state") if cfg.aux_state_weight > 0 else ("proprio",),
         augment=ImageAugment(cfg.augmentation) if cfg.augment else None,
         seed=cfg.seed,
     )
@@ -288,6 +296,12 @@ def _resume(run: _Run) -> int:
         if state.get("ema") is None:
             raise ValueError(f"{last} has no EMA weights but ema={cfg.ema!r}; resume with the run's settings")
         run.ema.load_state_dict(state["ema"], strict=True)
+    if run.aux is not None:
+        if state.get("aux") is None:
+            raise ValueError(
+                f"{last} has no auxiliary state head but aux_state_weight > 0: resume with the run's settings"
+            )
+        run.aux.load_state_dict(state["aux"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     step = int(state["step"])
@@ -329,8 +343,14 @@ def _train_step(run: _Run, model: torch.nn.Module, batch: dict[str, Any], autoca
     batch = label_padded_actions(batch, run.cfg.padded_actions)
     with autocast:
         loss, metrics = model(batch)
+        if run.aux is not None:
+            aux_loss = run.aux.loss(batch)
+            loss = loss + run.cfg.aux_state_weight * aux_loss
+            metrics = {**metrics, "aux_state_l1": aux_loss.item()}
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if run.aux is not None:
+        run.aux.average_gradients(run.world)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), run.cfg.grad_clip or math.inf)
     run.optimizer.step()
     run.scheduler.step()
@@ -348,6 +368,7 @@ def _training_state(run: _Run, step: int, rngs: list[dict[str, Any]]) -> dict[st
         "optimizer": run.optimizer.state_dict(),
         "scheduler": run.scheduler.state_dict(),
         "rng": rngs,
+        "aux": None if run.aux is None else {k: v.detach().cpu().clone() for k, v in run.aux.state_dict().items()},
     }
 
 

@@ -289,6 +289,10 @@ class BCConfig(Config):
     """how each task's share of the batches is set, with demos of several tasks: share proportional to (its
     samples) ** (1 - task_balance). 0: every sample equally often, so a task's share is its share of the samples;
     1: every task the same share; in between, small tasks come more often than their size says"""
+    aux_state_weight: float = 0.0
+    """weight of an auxiliary loss: a linear head on the front camera's features regresses the target's and the
+    goal's positions relative to the hand and the target (the privileged state the demos record, L1 in 10 cm
+    units; `vlagym.train.state_aux`), so that view's features carry them. 0: none"""
     preload_gb: float = 8.0
     """read the demos into memory, decoded, when they take at most this many GB (0: read every sample from the
     files); the batches are the same, fetched faster"""
@@ -381,6 +385,7 @@ class BCConfig(Config):
         check_float("ema", self.ema, 0.0, 1.0)
         check_float("preload_gb", self.preload_gb, 0.0)
         check_float("task_balance", self.task_balance, 0.0, 1.0)
+        check_float("aux_state_weight", self.aux_state_weight, 0.0)
         if self.padded_actions not in PADDED_ACTIONS:
             raise ValueError(f"padded_actions must be one of {list(PADDED_ACTIONS)}, got {self.padded_actions!r}")
         if self.ema == 1.0:
