@@ -49,6 +49,11 @@ def test_loss_is_the_l1_of_the_relative_positions_in_10_cm_units():
     assert torch.allclose(aux.loss(b), expected)
     with pytest.raises(RuntimeError, match="forward pass"):
         aux.loss(b)  # the features were used up: no silent reuse of a stale pass
+    policy.eval()
+    with torch.no_grad():
+        policy(b)  # an evaluation pass is not kept for the next training step
+    with pytest.raises(RuntimeError, match="forward pass"):
+        aux.loss(b)
 
 
 def test_gradient_reaches_the_front_encoder_only():

@@ -48,7 +48,9 @@ class StateAuxiliary(nn.Module):
         self._hook = policy.vision[CAMERA].register_forward_hook(self._keep)
 
     def _keep(self, module: nn.Module, inputs: Any, output: Tensor) -> None:
-        if self._features is None:  # the first pass of a step: the whole batch (a subtask head may re-encode rows)
+        # The first training pass of a step: the whole batch (a subtask head may re-encode rows); passes in eval
+        # mode (acting, evaluating the same module) are not a training step's.
+        if self._features is None and module.training and torch.is_grad_enabled():
             self._features = output
 
     def loss(self, batch: Mapping[str, Any]) -> Tensor:
