@@ -49,6 +49,7 @@ MAX_OBJECTS = 5
 N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
 # where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
+RELATIVE_AT = 10  # where target minus grasp site (3), then goal minus target (3), start in the task state
 TASK_SCALARS_AT = 16  # where `task_scalars` start in the task state
 TASK_STATE_SLOTS = TASK_SCALARS_AT + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
@@ -408,8 +409,8 @@ class VLAEnv(gym.Env):
         pos, quat = self.target_pose()
         goal = self.goal_position()
         out[0:3], out[3:7], out[7:10] = pos, quat, goal
-        np.subtract(pos, self.data.site_xpos[self.robot.ee_site], out=out[10:13])
-        np.subtract(goal, pos, out=out[13:16])
+        np.subtract(pos, self.data.site_xpos[self.robot.ee_site], out=out[RELATIVE_AT : RELATIVE_AT + 3])
+        np.subtract(goal, pos, out=out[RELATIVE_AT + 3 : TASK_SCALARS_AT])
         scalars = self.task_scalars()
         tail, sources, targets = self._object_slots()
         out[16:] = tail

@@ -19,13 +19,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from vlagym.envs.base import RELATIVE_AT, TASK_SCALARS_AT
 from vlagym.envs.robot import Robot
 from vlagym.policies.vla import VLAPolicy
 
 STATE_KEY = "observation.state"
-#: where target - grasp site (3) and goal - target (3) sit in the privileged state: after the proprio, at [10, 16)
-#: of the task state (`VLAEnv._task_state`)
-AUX_STATE = slice(Robot.PROPRIO_DIM + 10, Robot.PROPRIO_DIM + 16)
+#: where target - grasp site (3) and goal - target (3) sit in the privileged state: the proprio, then the task state
+#: (`VLAEnv._task_state`)
+AUX_STATE = slice(Robot.PROPRIO_DIM + RELATIVE_AT, Robot.PROPRIO_DIM + TASK_SCALARS_AT)
 UNIT = 0.1  # metres per regressed unit
 CAMERA = "front"
 
@@ -59,7 +60,7 @@ class StateAuxiliary(nn.Module):
         if feats is None:
             raise RuntimeError("StateAuxiliary.loss needs the policy's forward pass on the batch first")
         state = torch.as_tensor(batch[STATE_KEY], device=feats.device).float()
-        if state.shape != (feats.shape[0], *state.shape[1:]) or state.shape[-1] < AUX_STATE.stop:
+        if state.ndim != 2 or state.shape[0] != feats.shape[0] or state.shape[1] < AUX_STATE.stop:
             raise ValueError(f"{STATE_KEY} must be (B, >= {AUX_STATE.stop}), got {tuple(state.shape)}")
         return (self.head(feats.float()) - state[:, AUX_STATE] / UNIT).abs().mean()
 
