@@ -2,9 +2,10 @@
 
 A linear head reads the front camera's encoder output (what the trunk reads of that view) and regresses two
 vectors of the privileged state the demos record: the target minus the grasp site and the goal minus the target
-(`VLAEnv`'s task-state layout, the same on every task), in units of 10 cm, by L1. Behaviour cloning alone lets
-the policy decide its gripper from the wrist view and the proprio, which cannot tell a cup held over its goal
-from one held 15 cm short of it; the front view can (docs/multitask.md, sessions 53-54).
+(`VLAEnv`'s task-state layout, the same on every task), in units of 10 cm, by L1, so that the view which shows
+where the goal is from afar has to encode it. Measured in a DAgger round: StackBlocks, whose goal is a second
+block like the target, +15 points against the same round without it; the other tasks unmoved (docs/multitask.md,
+sessions 54-55; the same head on the trunk's output did worse and was not kept).
 
 The head trains with the policy and stays out of its checkpoints' weights (acting never uses it); the training
 state keeps it, so a resumed run continues exactly.
