@@ -48,9 +48,9 @@ if mujoco.get_mju_user_warning() is None:
 MAX_OBJECTS = 5
 N_TASK_SCALARS = 4
 TASK_STATE_DIM = 3 + 4 + 3 + 3 + 3 + N_TASK_SCALARS + 8 * MAX_OBJECTS
-# where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
 RELATIVE_AT = 10  # where target minus grasp site (3), then goal minus target (3), start in the task state
 TASK_SCALARS_AT = 16  # where `task_scalars` start in the task state
+# where object slot i (position 3, quaternion 4, present flag 1) starts in `VLAEnv._task_state`
 TASK_STATE_SLOTS = TASK_SCALARS_AT + N_TASK_SCALARS + 8 * np.arange(MAX_OBJECTS)
 PHYSICS_TIMESTEP = 0.002
 TABLE_HEIGHT = 0.0  # the table top is the plane z = 0
@@ -413,7 +413,7 @@ class VLAEnv(gym.Env):
         np.subtract(goal, pos, out=out[RELATIVE_AT + 3 : TASK_SCALARS_AT])
         scalars = self.task_scalars()
         tail, sources, targets = self._object_slots()
-        out[16:] = tail
+        out[TASK_SCALARS_AT:] = tail
         out[TASK_SCALARS_AT : TASK_SCALARS_AT + len(scalars)] = scalars
         out[targets] = self.data.qpos[sources]
         return out
