@@ -85,7 +85,7 @@ def test_language_control_support_is_read_from_the_env_class():
 
 # ---------------------------------------------------------------------------- real runs
 class Scripted:
-    """The expert, with a twist: "open" never closes the gripper, "drop" opens it once the cup is held."""
+    """The expert, with a twist: "open" never closes the gripper, "drop" opens it and rises once the cup is held."""
 
     def __init__(self, envs, twist: str):
         self.envs, self.twist, self.expert = envs, twist, VectorExpert(envs)
@@ -102,6 +102,7 @@ class Scripted:
         if self.twist == "drop":
             self.held |= [env.unwrapped.evaluate()["grasped"] for env in self.envs.envs]
             actions[self.held] = 0.0
+            actions[self.held, 2] = 1.0  # up, out of reach of a cup that tilted against a pad
             actions[self.held, -1] = -1.0
         else:  # open
             actions[:, -1] = -1.0

@@ -230,7 +230,7 @@ def test_multitask_records_each_episodes_task(tmp_path):
 
 
 # ---------------------------------------------------------------------------- failures
-LIMIT = 28  # time limit under which the expert fails seeds 100 and 101 and solves 102 and 103 (checked below)
+LIMIT = 34  # time limit under which the expert fails seeds 100, 101 and 103 and solves 102 (checked below)
 
 
 @pytest.mark.parametrize("keep", [False, True])
