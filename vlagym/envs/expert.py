@@ -174,7 +174,8 @@ class PickExpert(ScriptedExpert):
         above = grasp + (0.0, 0.0, self.approach_height)
         if self.hold_yaw is None:
             self.hold_yaw = site_yaw(self.env.robot.ee_mat)
-        if self.yaw is None and np.hypot(*(self.ee[:2] - grasp[:2])) < self.turn_distance:
+        near = np.hypot(*(self.ee[:2] - grasp[:2])) < self.turn_distance
+        if self.yaw is None and (near or self.phase != "approach"):  # (a relabelled hold skips the approach)
             self.yaw = self.grasp_yaw(target["yaw"], target["yaw_period"])
         if self.phase == "approach":
             if self.near(above, 0.01, 0.03) and self.at_grasp_yaw():
