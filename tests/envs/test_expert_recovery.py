@@ -76,6 +76,22 @@ def test_a_hand_taken_off_the_handle_goes_back_to_it():
         env.close()
 
 
+@pytest.mark.parametrize("task", ["VLA-PickCup-v0", "VLA-PlaceCupOnPlate-v0"])
+def test_a_hold_far_from_the_grasp_point_is_lifted_at_a_chosen_yaw(task, monkeypatch):
+    # A policy can catch the cup by its rim or handle before the expert chose its grasp yaw (within
+    # `turn_distance`): the relabelled "lift" then chooses one instead of servoing to none.
+    env = gym.make(task)
+    try:
+        obs, _ = env.reset(seed=0)
+        expert = vlagym.make_expert(env)
+        expert.recover = True
+        monkeypatch.setattr(expert, "holding", lambda: True)
+        action = expert(obs)
+        assert expert.phase == "lift" and expert.yaw is not None and np.isfinite(action).all()
+    finally:
+        env.close()
+
+
 def test_the_multitask_expert_passes_recover_on():
     env = gym.make("VLA-MultiTask-v0")
     try:

@@ -58,7 +58,7 @@ class ScriptedExpert:
         self.phase = self.first_phase
         self.timer = 0
         self.yaw: float | None = None  # the grasp yaw, once chosen
-        self.hold_yaw: float | None = None  # the yaw held until then
+        self.hold_yaw: float | None = None  # the yaw held until then (set while `yaw` is None)
 
     def __call__(self, obs=None) -> np.ndarray:
         if self.recover:
@@ -176,7 +176,7 @@ class PickExpert(ScriptedExpert):
             self.hold_yaw = site_yaw(self.env.robot.ee_mat)
         near = np.hypot(*(self.ee[:2] - grasp[:2])) < self.turn_distance
         if self.yaw is None and (near or self.phase != "approach"):  # (a relabelled hold skips the approach)
-            self.yaw = self.grasp_yaw(target["yaw"], target["yaw_period"])
+            self.yaw, self.hold_yaw = self.grasp_yaw(target["yaw"], target["yaw_period"]), None
         if self.phase == "approach":
             if self.near(above, 0.01, 0.03) and self.at_grasp_yaw():
                 self.go("descend")
