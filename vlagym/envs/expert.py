@@ -29,6 +29,11 @@ def rot_z(yaw: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
+def wrap_angle(angle: float, period: float = 2 * np.pi) -> float:
+    """`angle` modulo `period`, in [-period / 2, period / 2)."""
+    return float((angle + period / 2) % period - period / 2)
+
+
 def site_yaw(mat: np.ndarray) -> float:
     """Yaw of a downward grasp-site orientation (the inverse of `rot_z(yaw) @ DOWN`)."""
     return float(np.arctan2(-mat[1, 0], -mat[0, 0]))
@@ -57,8 +62,7 @@ class ScriptedExpert:
     def reset(self) -> None:
         self.phase = self.first_phase
         self.timer = 0
-        self.yaw: float | None = None  # the grasp yaw, once chosen
-        self.hold_yaw: float | None = None  # the yaw held until then (set while `yaw` is None)
+        self.yaw: float | None = None
 
     def __call__(self, obs=None) -> np.ndarray:
         if self.recover:
@@ -126,10 +130,14 @@ class PickExpert(ScriptedExpert):
     holding_phases = ("lift", "lifted", "carry", "lower")  # phases that need the object between the pads
     labels_others = True
     # A turn decided farther off was decided on what no camera shows (a cup's handle from 18 cm: a CNN trained to
-    # read it from the wrist image does no better than chance there, 11-17 degrees off from 4-7 cm); a policy
+    # read it from the wrist image does no better than chance there, 11-17 degrees off at 3.5-7 cm); a policy
     # guessed its direction and went on turning whichever way it had started (docs/multitask.md).
     turn_distance = 0.05  # the gripper turns once the hand is this close to the grasp point horizontally (m)
     turn_tolerance = 0.2  # and descends once its yaw is this close to the grasp yaw (rad)
+
+    def reset(self) -> None:
+        super().reset()
+        self.hold_yaw: float | None = None  # the yaw held while `yaw`, the grasp yaw, is not chosen yet
 
     def holding(self) -> bool:
         """The target object touches both finger pads."""
@@ -161,8 +169,7 @@ class PickExpert(ScriptedExpert):
         """The gripper has its grasp yaw (within `turn_tolerance`)."""
         if self.yaw is None:
             return False
-        error = self.yaw - site_yaw(self.env.robot.ee_mat)
-        return abs((error + np.pi) % (2 * np.pi) - np.pi) < self.turn_tolerance
+        return abs(wrap_angle(self.yaw - site_yaw(self.env.robot.ee_mat))) < self.turn_tolerance
 
     def pick(self) -> np.ndarray | None:
         """Action for the picking phases, or None once the object is lifted."""

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vlagym.envs.base import VLAEnv
-from vlagym.envs.expert import PickPlaceExpert
+from vlagym.envs.expert import PickPlaceExpert, wrap_angle
 from vlagym.envs.objects import BLOCK_HALF, OBJECT_XML, FreeObject, sample_colors, sample_layout
 
 MAX_OFFSET = 0.6 * BLOCK_HALF  # success: top block centred on the bottom one within this (horizontal)
@@ -146,11 +146,6 @@ class StackBlocksEnv(VLAEnv):
         return {"pos": self.goal_position(), "yaw": self.base_block.yaw(self.data)}
 
 
-def _wrap(angle: float, period: float) -> float:
-    """`angle` modulo `period`, in [-period / 2, period / 2)."""
-    return float((angle + period / 2) % period - period / 2)
-
-
 class StackExpert(PickPlaceExpert):
     """Pick the top block, turn it to the bottom block's heading, set it down on its top face.
 
@@ -169,7 +164,7 @@ class StackExpert(PickPlaceExpert):
     def act(self) -> np.ndarray:
         if self.phase == "carry" and not self.turned:  # once, as the carry starts
             target, goal = self.env.expert_target(), self.env.expert_goal()
-            self.yaw += _wrap(goal["yaw"] - target["yaw"], np.pi / 2)
+            self.yaw += wrap_angle(goal["yaw"] - target["yaw"], np.pi / 2)
             self.turned = True
         return super().act()
 
