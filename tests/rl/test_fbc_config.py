@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 
@@ -85,6 +86,32 @@ def test_default_demos_are_the_checkpoints_training_data(bc_checkpoint, demo_fil
     meta["extra"]["bc_config"] = {"dataset": [str(tmp_path / "gone.hdf5")]}
     (folder / "config.json").write_text(json.dumps(meta))
     assert FilteredBCConfig(policy=str(folder)).demos == []
+
+
+@pytest.mark.parametrize(
+    "bc_config, named",
+    [
+        (
+            {"ema": 0.999, "task_balance": 0.5, "padded_actions": "gripper"},
+            ["ema=0.999", "task_balance=0.5", "gripper"],
+        ),
+        ({"ema": 0.0, "task_balance": 0.0, "padded_actions": "mask"}, []),
+        ({}, []),
+    ],
+)
+def test_warns_of_the_checkpoints_bc_settings_its_updates_leave_out(bc_checkpoint, tmp_path, caplog, bc_config, named):
+    meta = json.loads((bc_checkpoint / "config.json").read_text())
+    meta["extra"]["bc_config"] = bc_config
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(meta))
+    (folder / "model.safetensors").write_bytes((bc_checkpoint / "model.safetensors").read_bytes())
+    with caplog.at_level(logging.WARNING, logger="vlagym.rl.fbc.config"):
+        FilteredBCConfig(policy=str(folder), demos=[])
+    warned = [r.getMessage() for r in caplog.records if "do not reproduce" in r.getMessage()]
+    assert len(warned) == (1 if named else 0)
+    for word in named:
+        assert word in warned[0]
 
 
 def test_to_dict_round_trips(bc_checkpoint):

@@ -203,6 +203,7 @@ class FilteredBCConfig(Config):
         self._check_choices()
         self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
         self._resolve_demos(meta.get("extra") or {})
+        _warn_unreproduced((meta.get("extra") or {}).get("bc_config") or {})
         collect = (self.collect_seed, self.collect_seed + self.rounds * self.episodes_per_round)
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if collect[0] < evals[1] and evals[0] < collect[1]:
@@ -299,3 +300,21 @@ class FilteredBCConfig(Config):
         for path in self.demos:
             if not Path(path).is_file():
                 raise ValueError(f"demo file {path!r} does not exist")
+
+
+# BC settings whose effect these updates do not reproduce, with the value that means "off".
+UNREPRODUCED_BC: dict[str, Any] = {"ema": 0.0, "task_balance": 0.0, "padded_actions": "mask"}
+
+
+def _warn_unreproduced(bc_config: dict[str, Any]) -> None:
+    """Log which of the checkpoint's BC settings the updates leave out: on the ten-task recipe's checkpoint, the
+    updates on its demos alone lost StackBlocks 39 -> 28% (docs/multitask.md, session 57)."""
+    used = {k: bc_config[k] for k, off in UNREPRODUCED_BC.items() if bc_config.get(k, off) != off}
+    if used:
+        settings = ", ".join(f"{k}={v!r}" for k, v in used.items())
+        logger.warning(
+            "the BC checkpoint was trained with %s, which these updates do not reproduce (raw weights, demos drawn "
+            "uniformly, padded chunk steps masked); on a multi-task checkpoint they lost tasks on their own "
+            "(docs/multitask.md, 'Filtered BC for the task BC leaves lowest')",
+            settings,
+        )
