@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +17,7 @@ from vlagym.checks import check_float, check_int
 from vlagym.config import Config, nested_config
 from vlagym.distributed import backend_problem
 from vlagym.rl.common import check_n_action_steps, check_task_and_env_kwargs, read_base_checkpoint
-from vlagym.train.configs import AugmentConfig
+from vlagym.train.configs import AugmentConfig, BCConfig
 
 logger = logging.getLogger(__name__)
 
@@ -202,8 +202,9 @@ class FilteredBCConfig(Config):
         self._check_numbers()
         self._check_choices()
         self.augmentation = nested_config("augmentation", self.augmentation, AugmentConfig)
-        self._resolve_demos(meta.get("extra") or {})
-        _warn_unreproduced((meta.get("extra") or {}).get("bc_config") or {})
+        extra = meta.get("extra") or {}
+        self._resolve_demos(extra)
+        _warn_unreproduced(extra.get("bc_config") or {})
         collect = (self.collect_seed, self.collect_seed + self.rounds * self.episodes_per_round)
         evals = (self.eval_seed, self.eval_seed + self.eval_episodes)
         if collect[0] < evals[1] and evals[0] < collect[1]:
@@ -302,19 +303,20 @@ class FilteredBCConfig(Config):
                 raise ValueError(f"demo file {path!r} does not exist")
 
 
-# BC settings whose effect these updates do not reproduce, with the value that means "off".
-UNREPRODUCED_BC: dict[str, Any] = {"ema": 0.0, "task_balance": 0.0, "padded_actions": "mask"}
+# BC settings whose effect these updates do not reproduce; `train-bc`'s default for each is "off".
+UNREPRODUCED_BC = ("ema", "task_balance", "padded_actions")
 
 
 def _warn_unreproduced(bc_config: dict[str, Any]) -> None:
     """Log which of the checkpoint's BC settings the updates leave out: on the ten-task recipe's checkpoint, the
     updates on its demos alone lost StackBlocks 39 -> 28% (docs/multitask.md, session 57)."""
-    used = {k: bc_config[k] for k, off in UNREPRODUCED_BC.items() if bc_config.get(k, off) != off}
+    off = {f.name: f.default for f in fields(BCConfig) if f.name in UNREPRODUCED_BC}
+    used = {k: bc_config[k] for k in UNREPRODUCED_BC if bc_config.get(k, off[k]) != off[k]}
     if used:
         settings = ", ".join(f"{k}={v!r}" for k, v in used.items())
         logger.warning(
             "the BC checkpoint was trained with %s, which these updates do not reproduce (raw weights, demos drawn "
-            "uniformly, padded chunk steps masked); on a multi-task checkpoint they lost tasks on their own "
-            "(docs/multitask.md, 'Filtered BC for the task BC leaves lowest')",
+            "uniformly, padded chunk steps masked); on the ten-task recipe's checkpoint, updates on its demos alone "
+            "lowered tasks (docs/multitask.md, 'Filtered BC for the task BC leaves lowest')",
             settings,
         )
