@@ -7,7 +7,8 @@
 # Every stage runs with --resume (a missing output starts afresh, an interrupted one continues, a finished demo
 # file adds nothing), so rerunning the same command after a stop continues it. Session 50 rebuilt session 48's best checkpoint with these commands, files in this order
 # (suite 68.1%, session 48's documented figures); on a 2-core machine of the faster kind: demos 9.3 min, BC 44.5 min, the round's
-# collection and fine-tuning 16 min, its suite 10.
+# collection and fine-tuning 16 min, its suite 10. On the slower kind (session 58): demos 23.8 min, BC ~90 (3.9 steps/s),
+# the round 30.8: ~145 min, over the issue's 2 hours (docs/multitask.md, "The recipe on the slower machine kind").
 set -euo pipefail
 OUT=${1:-runs/multitask}
 mkdir -p "$OUT/demos"
