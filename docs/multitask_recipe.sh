@@ -9,6 +9,7 @@
 # (suite 68.1%, session 48's documented figures); on a 2-core machine of the faster kind: demos 9.3 min, BC 44.5 min, the round's
 # collection and fine-tuning 16 min, its suite 10. On the slower kind (session 58): demos 23.8 min, BC ~90 (3.9 steps/s),
 # the round 30.8: ~145 min, over the issue's 2 hours (docs/multitask.md, "The recipe on the slower machine kind").
+# BC at --batch-size 32 fits there (107.5 min, session 59) but its suite is ~7 points lower ("BC at batch 32").
 set -euo pipefail
 OUT=${1:-runs/multitask}
 mkdir -p "$OUT/demos"
