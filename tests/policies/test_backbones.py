@@ -329,6 +329,8 @@ def test_bad_models_raise(tmp_path, tokenizer, models):
         BackboneConfig(vision_model=str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match=r"lora_target_modules \['nope'\] do not fit"):
         policy(tokenizer, models, "siglip", tuning="lora", lora_target_modules=["nope"])
+    with pytest.raises(ValueError, match="encoder_size sizes the VLA's own CNNs"):
+        VLAConfig(encoder_size=32, backbone=BackboneConfig(vision_model=models["siglip"]))
 
 
 @pytest.mark.parametrize("package, tuning", [("transformers", "frozen"), ("peft", "lora")])

@@ -27,10 +27,11 @@ TOLERANCE = 1e-4  # env units (actions lie in [-1, 1]); float32 kernels differ i
 
 def make_checkpoint(folder: Path, head: str) -> Path:
     torch.manual_seed(0)
-    # The flow checkpoint also conditions FiLM on a bag of words and reads rotary text positions, so the export
-    # covers both conditionings and both instruction encoders.
+    # The flow checkpoint also conditions FiLM on a bag of words, reads rotary text positions and resizes its
+    # images for the CNNs, so the export covers both conditionings, both instruction encoders and the resize.
     flow = head == "flow"
-    config = VLAConfig(head=head, film_words=flow, text_positions="rotary" if flow else "learned", **TINY)
+    extra = dict(film_words=True, text_positions="rotary", encoder_size=24) if flow else {}
+    config = VLAConfig(head=head, **extra, **TINY)
     policy = VLAPolicy(config, Tokenizer.from_tasks())
     # Words as training would mark them: the scenes' instructions then hold marked and unmarked words.
     policy.mark_words(["pick up the red cup", "lift the blue cup", "grab the green cup and lift it"])

@@ -60,6 +60,22 @@ def test_shapes_and_image_resize(tokenizer, head):
     assert policy.select_action(batch).shape == (3, A)
 
 
+def test_encoder_size_resizes_for_the_cnns_only(tokenizer):
+    # The env still renders image_size; the CNNs see encoder_size: the same weights as a policy whose
+    # image_size is that side act the same on the rendered images.
+    small = tiny(tokenizer, encoder_size=16)
+    assert small.config.image_size == 32
+    same = tiny(tokenizer, image_size=16)
+    same.load_state_dict(small.state_dict())
+    batch = make_batch(b=3, size=32)
+    with torch.no_grad():
+        expected = same.predict_action_chunk(batch, torch.Generator().manual_seed(0))
+        got = small.predict_action_chunk(batch, torch.Generator().manual_seed(0))
+        other = tiny(tokenizer).predict_action_chunk(batch, torch.Generator().manual_seed(0))
+    assert torch.equal(got, expected)
+    assert not torch.allclose(got, other)
+
+
 def eval_loss(policy: VLAPolicy, batch: dict, seeds: int = 8) -> float:
     out = []
     with torch.no_grad():
@@ -323,6 +339,8 @@ def test_batch_from_obs_matches_a_dataset_batch(tokenizer):
         (dict(cameras=("front", "top")), "'top'"),
         (dict(normalization="zscore"), "'zscore'"),
         (dict(image_size=0), "0"),
+        (dict(encoder_size=0), "0"),
+        (dict(encoder_size=2, vision_channels=(8, 16)), "encoder_size=2"),
         (dict(hidden_dim=30, text_heads=4), "text_heads=4"),
         (dict(temporal_ensemble=True, n_action_steps=2), "2"),
         (dict(vision_channels=(8, -1)), "-1"),

@@ -214,7 +214,10 @@ class VLAConfig(Config):
     cameras: tuple[str, ...] = ("front", "wrist")
     """Cameras the policy reads, each with its own CNN (names of `vlagym.envs.base.CAMERAS`)."""
     image_size: int = 64
-    """Square side the images are resized to inside the model (when they differ)."""
+    """Square side of the camera images the policy reads (what the env renders for it); others are resized to it."""
+    encoder_size: int | None = None
+    """Square side the images are resized to (antialiased) before the VLA's own CNNs; None: `image_size`. A
+    smaller side cuts the encoders' cost while the env still renders `image_size` (docs/speed.md)."""
     proprio_dim: int = 23
     """Length of the proprioception vector."""
     action_dim: int = 7
@@ -289,6 +292,8 @@ class VLAConfig(Config):
         self._check_subtasks()
         self._check_sizes()
         self._check_choices()
+        if self.encoder_size is not None and self.backbone.vision_model is not None:
+            raise ValueError("encoder_size sizes the VLA's own CNNs; a pretrained vision_model: backbone.image_size")
 
     def _check_cameras(self) -> None:
         if isinstance(self.cameras, str):
@@ -338,10 +343,12 @@ class VLAConfig(Config):
                 f"text_positions='rotary' needs an even hidden_dim / text_heads, got {self.hidden_dim} / "
                 f"{self.text_heads}"
             )
-        if 2 ** len(self.vision_channels) > self.image_size:
-            raise ValueError(
-                f"image_size={self.image_size!r} is too small for {len(self.vision_channels)} stride-2 conv blocks"
-            )
+        if self.encoder_size is not None:
+            _positive_int("encoder_size", self.encoder_size)
+        side = self.encoder_size or self.image_size
+        if 2 ** len(self.vision_channels) > side:
+            name = "encoder_size" if self.encoder_size else "image_size"
+            raise ValueError(f"{name}={side!r} is too small for {len(self.vision_channels)} stride-2 conv blocks")
 
     def _check_choices(self) -> None:
         _choice("head", self.head, HEADS)

@@ -212,7 +212,7 @@ class VLAPolicy(nn.Module):
             raise ValueError(f"{key!r} must be (B, 3, H, W), got shape {tuple(x.shape)}")
         if isinstance(self.vision, PretrainedVision):
             return x  # [0, 1]: the backbone resizes and normalises as it was pretrained
-        size = self.config.image_size
+        size = self.config.encoder_size or self.config.image_size
         if x.shape[-2:] != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         return x * 2.0 - 1.0
