@@ -329,7 +329,7 @@ def test_bad_models_raise(tmp_path, tokenizer, models):
         BackboneConfig(vision_model=str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match=r"lora_target_modules \['nope'\] do not fit"):
         policy(tokenizer, models, "siglip", tuning="lora", lora_target_modules=["nope"])
-    with pytest.raises(ValueError, match="encoder_size sizes the VLA's own CNNs"):
+    with pytest.raises(ValueError, match="encoder_size=32 sizes the VLA's own CNNs; .* backbone.image_size"):
         VLAConfig(encoder_size=32, backbone=BackboneConfig(vision_model=models["siglip"]))
 
 

@@ -293,7 +293,10 @@ class VLAConfig(Config):
         self._check_sizes()
         self._check_choices()
         if self.encoder_size is not None and self.backbone.vision_model is not None:
-            raise ValueError("encoder_size sizes the VLA's own CNNs; a pretrained vision_model: backbone.image_size")
+            raise ValueError(
+                f"encoder_size={self.encoder_size!r} sizes the VLA's own CNNs; a pretrained vision_model is sized by "
+                "backbone.image_size"
+            )
 
     def _check_cameras(self) -> None:
         if isinstance(self.cameras, str):
