@@ -214,7 +214,8 @@ class VLAConfig(Config):
     cameras: tuple[str, ...] = ("front", "wrist")
     """Cameras the policy reads, each with its own CNN (names of `vlagym.envs.base.CAMERAS`)."""
     image_size: int = 64
-    """Square side of the camera images the policy reads (what the env renders for it); others are resized to it."""
+    """Square side of the camera images the policy reads (what the env renders for it); the model resizes images
+    of another side to it, or to `encoder_size` when that is set."""
     encoder_size: int | None = None
     """Square side the images are resized to (antialiased) before the VLA's own CNNs; None: `image_size`. A
     smaller side cuts the encoders' cost while the env still renders `image_size` (docs/speed.md)."""
