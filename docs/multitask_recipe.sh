@@ -11,7 +11,7 @@
 # the round 30.8: ~145 min, over the 2 hours (docs/multitask.md, "The recipe on the slower machine kind").
 # BC at --batch-size 32 fits there (107.5 min, session 59) but its suite is ~7 points lower ("BC at batch 32").
 # Session 60 added --encoder-size 48 (the CNNs read 48 px, the demos stay 64): suite 73.1%, train split 83.5%; on the
-# slower kind demos 23.8 + BC 74.5 + the round 24.1 = 122.4 min (docs/multitask.md, "The CNNs at 48 px").
+# slower kind demos 23.8 + BC 73.7 + the round 24.1 = 121.6 min (docs/multitask.md, "The CNNs at 48 px").
 set -euo pipefail
 OUT=${1:-runs/multitask}
 mkdir -p "$OUT/demos"

@@ -60,11 +60,15 @@ def test_shapes_and_image_resize(tokenizer, head):
     assert policy.select_action(batch).shape == (3, A)
 
 
-def test_encoder_size_resizes_for_the_cnns_only(tokenizer):
+def test_encoder_size_resizes_for_the_cnns_only(tokenizer, tmp_path):
     # The env still renders image_size; the CNNs see encoder_size: the same weights as a policy whose
     # image_size is that side act the same on the rendered images.
+    from vlagym.eval.adapters import CheckpointPolicy
+
     small = tiny(tokenizer, encoder_size=16)
-    assert small.config.image_size == 32
+    small.save_pretrained(tmp_path / "ckpt")
+    loaded = CheckpointPolicy(tmp_path / "ckpt")
+    assert loaded.env_kwargs["image_size"] == 32 and loaded.policy.config.encoder_size == 16
     same = tiny(tokenizer, image_size=16)
     same.load_state_dict(small.state_dict())
     batch = make_batch(b=3, size=32)
