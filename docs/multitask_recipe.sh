@@ -12,6 +12,8 @@
 # BC at --batch-size 32 fits there (107.5 min, session 59) but its suite is ~7 points lower ("BC at batch 32").
 # Session 60 added --encoder-size 48 (the CNNs read 48 px, the demos stay 64): suite 73.1%, train split 83.5%; on the
 # slower kind demos 23.8 + BC 73.7 + the round 24.1 = 121.6 min (docs/multitask.md, "The CNNs at 48 px").
+# Session 61 took it to --encoder-size 40: suite 75.4%, train split 83.1% (paired with 48 px: +2.5 points, p = 0.03);
+# BC 52.2 + the round 18.7 min on a machine slower still (docs/multitask.md, "The CNNs at 40 px").
 set -euo pipefail
 OUT=${1:-runs/multitask}
 mkdir -p "$OUT/demos"
@@ -36,7 +38,7 @@ for t in $SHORT; do demos $t 300 150; done
 for t in $LONG; do demos $t 600 300; done
 for t in PressButton PushCube; do demos $t 300 150; done
 
-vlagym train-bc --dataset "${FILES[@]}" --out "$OUT/bc" --steps 20000 --ema 0.999 --image-size 64 --encoder-size 48 \
+vlagym train-bc --dataset "${FILES[@]}" --out "$OUT/bc" --steps 20000 --ema 0.999 --image-size 64 --encoder-size 40 \
   --no-temporal-ensemble --n-action-steps 5 --film-words --film-text --text-position-std 1 \
   --checkpoint-every 5000 --vision-channels 32 64 128 --padded-actions gripper --preload-gb 12 \
   --task-balance 0.5 --resume
