@@ -13,7 +13,8 @@
 # Session 60 added --encoder-size 48 (the CNNs read 48 px, the demos stay 64): suite 73.1%, train split 83.5%; on the
 # slower kind demos 23.8 + BC 73.7 + the round 24.1 = 121.6 min (docs/multitask.md, "The CNNs at 48 px").
 # Session 61 took it to --encoder-size 40: suite 75.4%, train split 83.1% (paired with 48 px: +2.5 points, p = 0.03);
-# BC 52.2 + the round 18.7 min on a machine slower still (docs/multitask.md, "The CNNs at 40 px").
+# on a machine slower still (raw mj_step 759) demos ~28.8 + BC 52.2 + the round 18.7 = 99.7 min, inside the 2 hours
+# (docs/multitask.md, "The CNNs at 40 px").
 set -euo pipefail
 OUT=${1:-runs/multitask}
 mkdir -p "$OUT/demos"
