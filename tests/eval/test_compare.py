@@ -23,10 +23,13 @@ PICK, BUTTON = "VLA-PickCup-v0", "VLA-PressButton-v0"
 SEEDS = range(5_000_000, 5_000_004)
 
 
-def bundle(tmp_path, name: str, wins=lambda task, seed: True, version: str = "1", **top) -> str:
-    """A bundle folder of two tasks x one split, 4 episodes each; `wins(task, seed)` decides success."""
+def bundle(tmp_path, name: str, wins=lambda task, seed, split: True, version="1", splits=("train",), **top) -> str:
+    """A bundle folder of two tasks x `splits`, 4 episodes each; `wins(task, seed, split)` decides success."""
     results = {
-        task: {"train": {"episodes": [{"seed": s, "success": wins(task, s), "success_at_end": False} for s in SEEDS]}}
+        task: {
+            split: {"episodes": [{"seed": s, "success": wins(task, s, split), "success_at_end": False} for s in SEEDS]}
+            for split in splits
+        }
         for task in (PICK, BUTTON)
     }
     doc = {
@@ -44,11 +47,11 @@ def bundle(tmp_path, name: str, wins=lambda task, seed: True, version: str = "1"
     return str(folder)
 
 
-def never(task, seed) -> bool:
+def never(task, seed, split) -> bool:
     return False
 
 
-def odd_seeds_fail(task, seed) -> bool:
+def odd_seeds_fail(task, seed, split) -> bool:
     return seed % 2 == 0
 
 
@@ -74,6 +77,24 @@ def test_the_better_run_is_found_both_ways(tmp_path):
     assert doc["a"] == {"path": f"{bad}/{BUNDLE_JSON}", "policy": "bad"} and doc["pairing_note"] is None
     at_end = compare_runs(CompareConfig(a=good, b=bad, metric="success_at_end"))
     assert at_end.tests["all"].verdict == NO_DIFFERENCE  # no episode succeeds at its end in either run
+
+
+def test_by_split_tests_each_split_over_its_tasks(tmp_path):
+    splits = ("train", "camera")
+    a = bundle(tmp_path, "a", splits=splits)
+    b = bundle(tmp_path, "b", lambda task, seed, split: split == "train", splits=splits)  # fails every camera episode
+    by_task = compare_runs(CompareConfig(a=a, b=b))
+    by_split = compare_runs(CompareConfig(a=a, b=b, by="split"))
+    assert list(by_task.tests) == [PICK, BUTTON, "all"] and list(by_split.tests) == ["camera", "train", "all"]
+    camera, train = by_split.tests["camera"], by_split.tests["train"]
+    assert (camera.n, camera.a_only, camera.b_only, camera.verdict) == (8, 8, 0, A_BETTER)
+    assert (train.n, train.a_only, train.b_only, train.verdict) == (8, 0, 0, NO_DIFFERENCE)
+    assert by_split.tests["all"] == by_task.tests["all"]  # the grouping changes the rows, not the overall test
+    report = format_comparison_report(by_split)
+    assert "| split | n | A | B |" in report and "| camera | 8 | 100.0% | 0.0% | +100.0 pts |" in report
+    assert by_split.to_json()["by"] == "split" and set(by_split.to_json()["tests"]) == {"camera", "train", "all"}
+    with pytest.raises(PairingError, match="--by must be one of"):
+        CompareConfig(a=a, b=b, by="seed")
 
 
 def test_notes_software_versions_and_sequential_pairing(tmp_path):

@@ -29,7 +29,7 @@ class Comparison:
     a: EvalRun
     b: EvalRun
     tests: dict[str, PairedTest]
-    """one paired test per task, then "all" (every paired episode)"""
+    """one paired test per task (or split: `config.by`), then "all" (every paired episode)"""
     pairing_note: str | None
     """how many episodes sequential stopping left unpaired; None when every episode paired"""
     version_notes: list[str]
@@ -43,6 +43,7 @@ class Comparison:
             "protocol": self.a.protocol,
             "metric": self.config.metric,
             "alpha": self.config.alpha,
+            "by": self.config.by,
             "tests": {task: dataclasses.asdict(t) for task, t in self.tests.items()},
             "version_differences": self.version_notes,
             "pairing_note": self.pairing_note,
@@ -54,18 +55,18 @@ def compare_runs(cfg: CompareConfig) -> Comparison:
     a, b = read_eval_run(cfg.a, cfg.metric), read_eval_run(cfg.b, cfg.metric)
     check_comparable(a, b)
     outcomes_a, outcomes_b, note = paired_outcomes(a, b)
-    tests = compare_outcomes(outcomes_a, outcomes_b, cfg.alpha)
+    tests = compare_outcomes(outcomes_a, outcomes_b, cfg.alpha, cfg.by)
     return Comparison(cfg, a, b, tests, note, version_differences(a, b))
 
 
-def format_paired_tests(tests: dict[str, PairedTest], alpha: float) -> str:
-    """The Markdown table of `compare_outcomes`: one row per task, then "all", then the overall verdict."""
+def format_paired_tests(tests: dict[str, PairedTest], alpha: float, by: str = "task") -> str:
+    """The Markdown table of `compare_outcomes`: one row per task (or split), then "all", then the overall verdict."""
     lines = [
-        "| task | n | A | B | A - B | A - B, 95% CI | only A | only B | McNemar p | verdict |",
+        f"| {by} | n | A | B | A - B | A - B, 95% CI | only A | only B | McNemar p | verdict |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for task, t in tests.items():
-        name = f"**{task}**" if task == "all" else task
+    for group, t in tests.items():
+        name = f"**{group}**" if group == "all" else group
         lines.append(
             f"| {name} | {t.n} | {t.a_rate:.1%} | {t.b_rate:.1%} | {100 * t.difference:+.1f} pts | "
             f"[{100 * t.difference_ci95[0]:+.1f}, {100 * t.difference_ci95[1]:+.1f}] | {t.a_only} | "
@@ -86,7 +87,7 @@ def format_comparison_report(c: Comparison) -> str:
     ]
     if c.pairing_note:
         lines.append(f"note: {c.pairing_note}")
-    lines += ["", format_paired_tests(c.tests, c.config.alpha)]
+    lines += ["", format_paired_tests(c.tests, c.config.alpha, c.config.by)]
     if c.version_notes:
         lines.append(f"note: the runs used different software versions: {'; '.join(c.version_notes)}")
     return "\n".join(lines)

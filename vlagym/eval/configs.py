@@ -19,14 +19,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import vlagym
 from vlagym.config import Config
 from vlagym.distributed import backend_problem
 from vlagym.envs.constants import VECTORIZATION_MODES
 from vlagym.eval.layout import CHECKPOINT_FILES
-from vlagym.eval.stats import ALPHA, PairingError
+from vlagym.eval.stats import ALPHA, GROUPINGS, PairingError
 
 EXPERT = "expert"
 #: the per-episode outcomes a bundle records and `compare` can pair
@@ -353,11 +353,15 @@ class CompareConfig(Config):
     """the outcome compared: success (at any step) or success_at_end"""
     alpha: float = ALPHA
     """significance level of McNemar's exact test"""
+    by: Literal["task", "split"] = "task"
+    """one test per task (over its splits) or per split (over its tasks), then all episodes"""
     json: bool = False
     """print the comparison as JSON"""
 
     def __post_init__(self) -> None:
         _check_metric_and_alpha(self.metric, self.alpha)
+        if self.by not in GROUPINGS:
+            raise PairingError(f"--by must be one of {list(GROUPINGS)}, got {self.by!r}")
 
 
 @dataclass

@@ -173,10 +173,15 @@ class PairingError(ValueError):
     """Two runs that cannot be compared episode by episode (different episodes)."""
 
 
+GROUPINGS = ("task", "split")
+"""what `compare_outcomes` tests each group of: a task (over its splits) or a split (over its tasks)"""
+
+
 def compare_outcomes(
-    a: Mapping[EpisodeKey, bool], b: Mapping[EpisodeKey, bool], alpha: float = ALPHA
+    a: Mapping[EpisodeKey, bool], b: Mapping[EpisodeKey, bool], alpha: float = ALPHA, by: str = "task"
 ) -> dict[str, PairedTest]:
-    """Paired tests of two runs' outcomes keyed by (task, split, seed): one per task (over its splits), and "all".
+    """Paired tests of two runs' outcomes keyed by (task, split, seed): one per task (over its splits), or per
+    split (over its tasks) with `by="split"`, and "all".
 
     Both runs must hold exactly the same episodes: comparing on a subset would let a
     change of protocol pass for a change of policy. `PairingError` names the difference.
@@ -193,11 +198,11 @@ def compare_outcomes(
         raise PairingError("the runs hold different episodes: " + "; ".join(parts))
     if not a:
         raise PairingError("the runs hold no episodes")
-    keys = sorted(a)
+    keys, at = sorted(a), GROUPINGS.index(by)
     tests = {}
-    for task in sorted({k[0] for k in keys}):
-        task_keys = [k for k in keys if k[0] == task]
-        tests[task] = paired_test([a[k] for k in task_keys], [b[k] for k in task_keys], alpha)
+    for group in sorted({k[at] for k in keys}):
+        group_keys = [k for k in keys if k[at] == group]
+        tests[group] = paired_test([a[k] for k in group_keys], [b[k] for k in group_keys], alpha)
     tests["all"] = paired_test([a[k] for k in keys], [b[k] for k in keys], alpha)
     return tests
 
